@@ -1,0 +1,109 @@
+# tessera - top-level build.
+#
+#   make            library (static + shared), the `tessera` CLI, the RTL model
+#   make run        the demo generation (see README.md)
+#   make test       every test: unit (CUnit), RTL, end-to-end
+#   make bench      CPU benchmark table
+#   make install PREFIX=/usr/local
+#
+# Hardware targets (lint, sim-test, waves, coverage, synth) live in
+# hw/hw.mk and sim/sim.mk and are included below.
+
+BUILD   ?= build
+PREFIX  ?= /usr/local
+CC      ?= gcc
+CXX     ?= g++
+VERSION := 0.1.0
+SOMAJOR := 0
+OPT     ?= -O2
+
+# Packages first: every real target waits for scripts/setup-deps.sh.
+DEPS_OK := $(shell scripts/setup-deps.sh >&2 && echo ok)
+ifneq ($(DEPS_OK),ok)
+$(error scripts/setup-deps.sh failed: see the message above)
+endif
+
+TSR_CFLAGS := -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
+              -fPIC -pthread -D_GNU_SOURCE -fvisibility=hidden \
+              -Ihost/include -Ihost/src -Idriver $(CFLAGS)
+TSR_LIBS   := -lopenblas -lm -ldl -lpthread
+
+LIB_SRCS := $(sort $(wildcard host/src/*.c driver/*.c driver/*/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_SRCS := $(sort $(wildcard host/cli/*.c))
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+
+# Kernels compiled for one ISA each; chosen at run time from CPUID.
+$(BUILD)/obj/%_avx2.o:   ISA_FLAGS := -mavx2 -mfma
+$(BUILD)/obj/%_avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma
+
+STATIC_LIB := $(BUILD)/lib/libtessera.a
+SHARED_LIB := $(BUILD)/lib/libtessera.so.$(VERSION)
+CLI        := $(BUILD)/bin/tessera
+
+.PHONY: all run test bench install clean deps
+all: $(STATIC_LIB) $(SHARED_LIB) $(CLI)
+
+deps:
+	@scripts/setup-deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TSR_CFLAGS) $(ISA_FLAGS) -MMD -MP -c $< -o $@
+
+$(STATIC_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(SHARED_LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libtessera.so.$(SOMAJOR) -o $@ $^ $(TSR_LIBS)
+	ln -sf libtessera.so.$(VERSION) $(BUILD)/lib/libtessera.so.$(SOMAJOR)
+	ln -sf libtessera.so.$(SOMAJOR) $(BUILD)/lib/libtessera.so
+
+$(CLI): $(CLI_OBJS) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(TSR_CFLAGS) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(TSR_LIBS)
+
+# ---- tests: one CUnit program per tests/unit/test_*.c ----
+TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+TEST_BINS := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+TEST_COMMON_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/unit/common/*.c))
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_COMMON_OBJS) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(TSR_CFLAGS) -o $@ $< $(TEST_COMMON_OBJS) $(STATIC_LIB) -lcunit $(TSR_LIBS)
+
+$(BUILD)/obj/tests/%.o: TSR_CFLAGS += -Itests/unit/common
+
+tests: all $(TEST_BINS)
+
+test: tests
+	@tests/run.sh $(BUILD)
+
+# ---- the main job ----
+run: all
+	@scripts/demo.sh $(BUILD)
+
+bench: all
+	$(CLI) bench
+
+# ---- install ----
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libtessera.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libtessera.so.$(SOMAJOR)
+	ln -sf libtessera.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libtessera.so
+	install -m 644 host/include/tessera.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    scripts/tessera.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera.pc
+
+clean:
+	rm -rf $(BUILD)
+
+# Hardware, simulation and other fragments add their own targets.
+include $(sort $(wildcard hw/*.mk sim/*.mk hls/*.mk kernels/*.mk driver/*.mk tests/*.mk))
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,127 @@
+/*
+ * hal.h - the device HAL: one vtable every backend implements.
+ *
+ * Internal header (the executor and the CLI use it; applications do not).
+ * A device owns a flat device memory. The host allocates buffers in it,
+ * copies data in and out, and submits commands: a command is one kernel
+ * launch over a ring of descriptors (hw/regmap.def) in device memory, with
+ * the buffer window the kernel may touch. Submission is asynchronous and
+ * returns a fence; wait() blocks on a fence with a timeout.
+ *
+ * Backends: cpu (functional model, driver/cpu), sim (Verilator RTL,
+ * driver/sim); later opencl, xrt, usb. A backend whose library or hardware is
+ * absent fails open() with TSR_STATUS_UNAVAILABLE and a reason.
+ */
+#ifndef TSR_HAL_H
+#define TSR_HAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+typedef struct tsr_hal_device tsr_hal_device_t;
+typedef struct tsr_hal_vtable tsr_hal_vtable_t;
+
+/* A region of device memory. `addr` is the device address the kernel sees. */
+typedef struct tsr_hal_buffer {
+  uint64_t addr;
+  uint64_t size;
+  void *impl; /* backend-private handle (e.g. an XRT BO), may be NULL */
+} tsr_hal_buffer_t;
+
+/* What a device can do; filled by query_caps(). */
+typedef struct tsr_hal_caps {
+  char name[64];           /* e.g. "sim (Verilator RTL, 16x16)"             */
+  uint32_t array_rows;     /* MAC array rows (M direction)                  */
+  uint32_t array_cols;     /* MAC array columns (N direction)               */
+  uint32_t max_dim;        /* largest M, N, K per descriptor                */
+  uint64_t mem_size;       /* device memory in bytes                        */
+  double clock_hz;         /* kernel clock the cycle counts refer to        */
+  double mem_bytes_per_cycle; /* modeled device-memory read bandwidth        */
+  double link_bytes_per_s; /* host<->device bandwidth                       */
+  double link_latency_s;   /* fixed cost per host<->device transfer         */
+  double launch_latency_s; /* fixed cost per kernel launch                  */
+  uint32_t ops;            /* bit mask of supported TSR_OP_* opcodes        */
+} tsr_hal_caps_t;
+
+/* One kernel launch: run `n_desc` descriptors starting at device address
+ * `ring`; every address must lie in [window_base, window_base+window_size). */
+typedef struct tsr_hal_command {
+  uint64_t window_base;
+  uint64_t window_size;
+  uint64_t ring;
+  uint32_t n_desc;
+} tsr_hal_command_t;
+
+/* What a finished command reports (registers after ap_done). */
+typedef struct tsr_hal_result {
+  uint32_t hw_status;  /* TSR_HWERR_* */
+  uint32_t err_index;  /* failing descriptor when hw_status != 0 */
+  uint32_t desc_done;
+  uint64_t cycles;     /* busy cycles (from the RTL, or modeled)    */
+  uint64_t stall_cycles;
+  uint64_t bytes_rd, bytes_wr, macs;
+} tsr_hal_result_t;
+
+/* Parameters for open(); unknown keys in `options` are rejected by the
+ * backend ("key=value,key=value", may be NULL). */
+typedef struct tsr_hal_open_params {
+  int index;            /* which device of this backend (0 = first)       */
+  const char *options;  /* backend-specific, borrowed                     */
+} tsr_hal_open_params_t;
+
+/* The vtable. Every member is required unless marked optional. All calls on
+ * one device come from one thread at a time (the executor serializes). */
+struct tsr_hal_vtable {
+  const char *name; /* "cpu", "sim", ... */
+  /* Opens a device. Sets *out = NULL first. UNAVAILABLE when the backend's
+   * library or hardware is missing, with the reason in the message. */
+  tsr_status_t (*open)(const tsr_hal_open_params_t *params, tsr_hal_device_t **out);
+  /* Releases everything; outstanding commands are abandoned. */
+  void (*close)(tsr_hal_device_t *dev);
+  void (*query_caps)(tsr_hal_device_t *dev, tsr_hal_caps_t *out);
+  /* Allocates `size` bytes aligned to `align` (power of two, >= 64). */
+  tsr_status_t (*alloc)(tsr_hal_device_t *dev, uint64_t size, uint64_t align,
+                        tsr_hal_buffer_t *out);
+  void (*free)(tsr_hal_device_t *dev, tsr_hal_buffer_t *buf);
+  /* Host -> device copy of n bytes at buf->addr + offset. Range-checked. */
+  tsr_status_t (*write)(tsr_hal_device_t *dev, const tsr_hal_buffer_t *buf,
+                        uint64_t offset, const void *src, size_t n);
+  /* Device -> host copy. Range-checked. */
+  tsr_status_t (*read)(tsr_hal_device_t *dev, const tsr_hal_buffer_t *buf,
+                       uint64_t offset, void *dst, size_t n);
+  /* Queues a launch; returns a fence that identifies it. May return before
+   * the command runs. */
+  tsr_status_t (*submit)(tsr_hal_device_t *dev, const tsr_hal_command_t *cmd,
+                         uint64_t *out_fence);
+  /* Waits until `fence` completes or `timeout_ns` passes
+   * (DEADLINE_EXCEEDED). Fills *out (optional) for that command. A command
+   * the kernel refused is a success of wait() with out->hw_status != 0. */
+  tsr_status_t (*wait)(tsr_hal_device_t *dev, uint64_t fence, uint64_t timeout_ns,
+                       tsr_hal_result_t *out);
+  /* Aborts outstanding work and returns the device to idle. Buffers and
+   * their contents survive a reset. */
+  tsr_status_t (*reset)(tsr_hal_device_t *dev);
+};
+
+/* Every device object starts with this header. */
+struct tsr_hal_device {
+  const tsr_hal_vtable_t *vt;
+};
+
+/* Registry: the backends compiled into this library, in preference order
+ * (the cpu functional model last). */
+const tsr_hal_vtable_t *const *tsr_hal_backends(size_t *count);
+/* Looks a backend up by name; NULL if unknown. */
+const tsr_hal_vtable_t *tsr_hal_find(const char *name);
+/* Opens "name" or "name:options" (e.g. "sim:latency=100"). */
+tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out);
+static inline void tsr_hal_close(tsr_hal_device_t *dev) {
+  if (dev) dev->vt->close(dev);
+}
+
+/* Human-readable text for a TSR_HWERR_* code. */
+const char *tsr_hal_hwerr_name(uint32_t code);
+
+#endif /* TSR_HAL_H */

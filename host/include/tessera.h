@@ -1,0 +1,220 @@
+/*
+ * tessera.h - the public C API of libtessera.
+ *
+ * This is the only header an application includes. It declares:
+ *   - one status type (tsr_status_t) returned by every fallible function;
+ *   - opaque, typed handles: tsr_context_t, tsr_model_t, tsr_session_t,
+ *     tsr_sampler_t;
+ *   - create/destroy pairs with ownership stated on every declaration.
+ *
+ * Conventions
+ *   - A function that can fail returns tsr_status_t. NULL (TSR_OK) means
+ *     success; any other value is an error the caller owns and must release
+ *     with tsr_status_free() (or hand back to the library in a function that
+ *     says it "consumes" a status).
+ *   - Constructors take an `out_` parameter and set *out to NULL before doing
+ *     anything, so a failed call never leaves a dangling handle.
+ *   - "borrowed": the callee does not keep the pointer past the call, or the
+ *     returned pointer stays owned by the library (valid for the stated time).
+ *     "must outlive": the argument must stay alive until the object created
+ *     from it is destroyed.
+ *   - The library never calls exit() or abort() on bad input; it returns a
+ *     status whose message names the file, offset, field or dimension.
+ */
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSR_VERSION_MAJOR 0
+#define TSR_VERSION_MINOR 1
+#define TSR_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define TSR_API __attribute__((visibility("default")))
+#define TSR_MUST_USE __attribute__((warn_unused_result))
+#else
+#define TSR_API
+#define TSR_MUST_USE
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Status codes. Stable numbering; new codes are appended. */
+typedef enum tsr_status_code {
+  TSR_STATUS_OK = 0,
+  TSR_STATUS_INVALID_ARGUMENT = 1,  /* caller passed something malformed    */
+  TSR_STATUS_OUT_OF_RANGE = 2,      /* index / dimension / offset too large */
+  TSR_STATUS_FORMAT = 3,            /* a file or stream is malformed        */
+  TSR_STATUS_NOT_FOUND = 4,         /* a file, tensor, key, device missing  */
+  TSR_STATUS_UNAVAILABLE = 5,       /* backend library/hardware not present */
+  TSR_STATUS_DEADLINE_EXCEEDED = 6, /* a wait or watchdog timed out         */
+  TSR_STATUS_RESOURCE_EXHAUSTED = 7,/* out of host or device memory         */
+  TSR_STATUS_UNIMPLEMENTED = 8,     /* feature not supported (yet/here)     */
+  TSR_STATUS_IO = 9,                /* operating-system I/O error           */
+  TSR_STATUS_DEVICE = 10,           /* the device reported a fault          */
+  TSR_STATUS_INTERNAL = 11,         /* an invariant broke: a bug            */
+} tsr_status_code_t;
+
+/* An error: code plus a message. NULL is success. Owned by the receiver. */
+typedef struct tsr_status_s *tsr_status_t;
+#define TSR_OK ((tsr_status_t)NULL)
+
+/* Code of `s` (TSR_STATUS_OK for NULL). `s` is borrowed. */
+TSR_API tsr_status_code_t tsr_status_code(const struct tsr_status_s *s);
+/* Message of `s`; "OK" for NULL. Borrowed: valid until `s` is freed. */
+TSR_API const char *tsr_status_message(const struct tsr_status_s *s);
+/* Human-readable name of a code, e.g. "FORMAT". Static storage. */
+TSR_API const char *tsr_status_code_name(tsr_status_code_t code);
+/* Releases `s`. NULL is accepted. */
+TSR_API void tsr_status_free(tsr_status_t s);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tsr_context tsr_context_t;
+
+typedef struct tsr_context_options {
+  /* Worker threads for CPU kernels; 0 = one per online CPU. */
+  int n_threads;
+  /* Comma-separated device list, e.g. "cpu", "sim", "sim,cpu". NULL = "cpu".
+   * Borrowed (copied during create). */
+  const char *devices;
+  /* When a device fails, run the op on the CPU instead (default true). */
+  bool fallback;
+} tsr_context_options_t;
+
+/* Fills `opts` with defaults (all threads, "cpu", fallback on). */
+TSR_API void tsr_context_options_init(tsr_context_options_t *opts);
+
+/* Creates a context: thread pool and device list. `opts` borrowed, may be
+ * NULL for defaults. On success *out_ctx is owned by the caller and must be
+ * released with tsr_context_destroy() after every model created from it. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_context_create(const tsr_context_options_t *opts, tsr_context_t **out_ctx);
+/* Releases `ctx`. NULL is accepted. */
+TSR_API void tsr_context_destroy(tsr_context_t *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Model                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tsr_model tsr_model_t;
+
+typedef enum tsr_model_format {
+  TSR_MODEL_FORMAT_AUTO = 0,   /* decided from the file's magic            */
+  TSR_MODEL_FORMAT_LLAMA2C = 1,/* llama2.c legacy .bin checkpoint          */
+  TSR_MODEL_FORMAT_GGUF = 2,   /* GGUF v3, llama architecture              */
+} tsr_model_format_t;
+
+typedef struct tsr_model_config {
+  int32_t dim;          /* embedding width                                 */
+  int32_t hidden_dim;   /* FFN inner width                                 */
+  int32_t n_layers;
+  int32_t n_heads;      /* query heads                                     */
+  int32_t n_kv_heads;   /* key/value heads (grouped-query attention)       */
+  int32_t head_dim;     /* dim / n_heads                                   */
+  int32_t vocab_size;
+  int32_t seq_len;      /* maximum context length                          */
+  float rms_eps;        /* RMSNorm epsilon                                 */
+  float rope_theta;     /* RoPE frequency base                             */
+  bool shared_classifier; /* output projection shares token embedding      */
+  tsr_model_format_t format;
+} tsr_model_config_t;
+
+/* Loads a model file. `tokenizer_path` may be NULL for GGUF (the tokenizer
+ * is embedded); llama2.c checkpoints need a llama2.c tokenizer file. The file
+ * is memory-mapped where the format allows. `ctx` must outlive the model.
+ * Paths are borrowed. On success the caller owns *out_model
+ * (tsr_model_destroy). Malformed files give TSR_STATUS_FORMAT with the field
+ * and byte offset in the message. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_model_load(tsr_context_t *ctx, const char *path, const char *tokenizer_path,
+               tsr_model_t **out_model);
+/* Releases `model`. Every session on it must be destroyed first. */
+TSR_API void tsr_model_destroy(tsr_model_t *model);
+/* Copies the model's configuration into *out. */
+TSR_API void tsr_model_config(const tsr_model_t *model, tsr_model_config_t *out);
+
+/* Tokenizes UTF-8 `text` (borrowed) into `tokens` (capacity `cap`), adding
+ * BOS/EOS if asked. *n_tokens receives the count. Fails with OUT_OF_RANGE if
+ * `cap` is too small. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_model_tokenize(const tsr_model_t *model, const char *text, bool add_bos,
+                   bool add_eos, int32_t *tokens, size_t cap, size_t *n_tokens);
+/* Text of `token` following `prev_token` (the leading space after BOS is
+ * dropped, byte tokens become their byte). Borrowed: valid while the model
+ * lives. Returns NULL for an out-of-range token. */
+TSR_API const char *tsr_model_token_piece(const tsr_model_t *model,
+                                          int32_t prev_token, int32_t token);
+TSR_API int32_t tsr_model_bos(const tsr_model_t *model);
+TSR_API int32_t tsr_model_eos(const tsr_model_t *model);
+
+/* ------------------------------------------------------------------------ */
+/* Session: one sequence, its KV cache and scratch buffers                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tsr_session tsr_session_t;
+
+typedef enum tsr_precision {
+  TSR_PRECISION_FP32 = 0, /* fp32 matmuls through BLAS                      */
+  TSR_PRECISION_INT8 = 1, /* W8A8: int8 weights per channel, int8 acts per row */
+} tsr_precision_t;
+
+typedef struct tsr_session_options {
+  tsr_precision_t precision;
+  /* Context length of the KV cache; 0 = the model's seq_len. */
+  int32_t max_seq;
+} tsr_session_options_t;
+
+TSR_API void tsr_session_options_init(tsr_session_options_t *opts);
+
+/* Creates a session on `model` (must outlive the session). `opts` borrowed,
+ * NULL for defaults. The caller owns *out_session. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_session_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                   tsr_session_t **out_session);
+TSR_API void tsr_session_destroy(tsr_session_t *session);
+
+/* Runs `n` tokens (borrowed) at the session's next positions: n > 1 is a
+ * batched prefill, n == 1 a decode step. *out_logits (optional) receives the
+ * logits of the last token, vocab_size floats, borrowed until the next call
+ * on this session. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_session_eval(tsr_session_t *session, const int32_t *tokens, size_t n,
+                 const float **out_logits);
+/* Number of positions already in the KV cache. */
+TSR_API int32_t tsr_session_pos(const tsr_session_t *session);
+/* Forgets the KV cache (position 0). */
+TSR_API void tsr_session_reset(tsr_session_t *session);
+
+/* ------------------------------------------------------------------------ */
+/* Sampler                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tsr_sampler tsr_sampler_t;
+
+/* temperature 0 = greedy (argmax); otherwise softmax(logits / temperature),
+ * then nucleus sampling when 0 < top_p < 1. The RNG is seeded with `seed`
+ * (xorshift64*, as llama2.c) so a seed always gives the same tokens. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_sampler_create(int32_t vocab_size, float temperature, float top_p,
+                   uint64_t seed, tsr_sampler_t **out_sampler);
+TSR_API void tsr_sampler_destroy(tsr_sampler_t *sampler);
+/* Picks a token from `logits` (vocab_size floats). The logits are used as
+ * scratch and modified. */
+TSR_API int32_t tsr_sampler_sample(tsr_sampler_t *sampler, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TESSERA_H */

@@ -1,0 +1,80 @@
+/*
+ * tsr_sim.h - the C ABI of the Verilated tessera kernel (libtessera_rtl.so).
+ *
+ * The RTL (hw/rtl) is compiled by Verilator into a shared library that the
+ * `sim` backend (driver/sim) loads with dlopen, so libtessera itself needs
+ * neither Verilator nor libstdc++. Each tsr_sim_t owns its own
+ * VerilatedContext, model and device memory; several may live in one
+ * process. No function throws or aborts: failures return a negative value
+ * and write a message into the caller's `err` buffer (may be NULL).
+ *
+ * Time only advances inside these calls; every register access is a real
+ * AXI4-Lite transaction on the model's ports and costs cycles.
+ */
+#ifndef TSR_SIM_H
+#define TSR_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSR_SIM_ABI_VERSION 1
+
+typedef struct tsr_sim tsr_sim_t;
+
+typedef struct tsr_sim_config {
+  uint64_t mem_base;          /* device address of the first byte of memory  */
+  uint64_t mem_size;          /* bytes of device memory (default 256 MiB)    */
+  uint32_t mem_latency;       /* cycles from AR accepted to first R beat     */
+  uint32_t mem_bytes_per_cycle; /* read bandwidth of the memory model       */
+  uint32_t mem_max_outstanding; /* read bursts in flight the memory accepts */
+  const char *wave_path;      /* FST file, or NULL for no waveform           */
+  uint64_t wave_start;        /* first cycle to dump                         */
+  uint64_t wave_end;          /* last cycle to dump (0 = wave_start + 100k)  */
+  int wave_depth;             /* hierarchy depth to trace (0 = all)          */
+  const char *coverage_path;  /* coverage .dat written at destroy (coverage build) */
+} tsr_sim_config_t;
+
+/* Fills defaults (see sim/README.md for the board profile they model). */
+void tsr_sim_config_init(tsr_sim_config_t *cfg);
+
+/* ABI version of the loaded library; must equal TSR_SIM_ABI_VERSION. */
+int tsr_sim_abi_version(void);
+
+/* Creates and resets a model. Returns 0 or a negative code. */
+int tsr_sim_create(const tsr_sim_config_t *cfg, tsr_sim_t **out, char *err, size_t errlen);
+void tsr_sim_destroy(tsr_sim_t *sim);
+
+/* Asserts rst_ni for a few cycles. Memory contents are kept. */
+void tsr_sim_reset(tsr_sim_t *sim);
+
+/* AXI4-Lite accesses to the control slave. Return 0 or negative on a bus
+ * error response or a transaction that never completes. */
+int tsr_sim_reg_write(tsr_sim_t *sim, uint32_t offset, uint32_t value);
+int tsr_sim_reg_read(tsr_sim_t *sim, uint32_t offset, uint32_t *value);
+
+/* Backdoor access to device memory (no cycles). Negative if the range is
+ * outside [mem_base, mem_base + mem_size). */
+int tsr_sim_mem_write(tsr_sim_t *sim, uint64_t addr, const void *src, size_t n);
+int tsr_sim_mem_read(tsr_sim_t *sim, uint64_t addr, void *dst, size_t n);
+
+/* Runs up to `max_cycles` cycles, stopping early when the kernel raises
+ * interrupt/ap_done (if stop_on_done). *ran gets the cycles simulated.
+ * Returns 1 if done was seen, 0 if the budget ran out, negative on error
+ * (e.g. an assertion in the RTL fired; the message says which). */
+int tsr_sim_run(tsr_sim_t *sim, uint64_t max_cycles, int stop_on_done, uint64_t *ran);
+
+/* Cycles since create. */
+uint64_t tsr_sim_cycles(const tsr_sim_t *sim);
+/* Level of the kernel's interrupt output. */
+int tsr_sim_irq(const tsr_sim_t *sim);
+/* Array geometry the library was built with. */
+void tsr_sim_geometry(const tsr_sim_t *sim, uint32_t *rows, uint32_t *cols);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
