@@ -1,0 +1,35 @@
+/*
+ * cli.h - the `tessera` command-line tool: one function per subcommand.
+ *
+ * Each tsr_cmd_* gets argv with argv[0] = the subcommand name, prints its
+ * own --help, and returns the process exit code (0 ok, 1 failure, 2 usage).
+ */
+#ifndef TSR_CLI_H
+#define TSR_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+int tsr_cmd_run(int argc, char **argv);       /* cmd_run.c       */
+int tsr_cmd_info(int argc, char **argv);      /* cmd_info.c      */
+int tsr_cmd_gen_model(int argc, char **argv); /* cmd_gen_model.c */
+int tsr_cmd_bench(int argc, char **argv);     /* cmd_bench.c     */
+int tsr_cmd_gemm(int argc, char **argv);      /* cmd_gemm.c      */
+int tsr_cmd_devices(int argc, char **argv);   /* cmd_devices.c   */
+
+/* Option helpers: print "tessera CMD: FLAG: ..." to stderr and return false
+ * on a malformed or out-of-range value. */
+bool cli_parse_i64(const char *cmd, const char *flag, const char *s, int64_t lo,
+                   int64_t hi, int64_t *out);
+bool cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+bool cli_parse_f64(const char *cmd, const char *flag, const char *s, double lo,
+                   double hi, double *out);
+/* Returns the value of a flag that takes one (argv[*i + 1]) and advances *i;
+ * NULL (with a message) if it is missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* Prints "tessera CMD: <status message>" and frees the status; returns 1. */
+int cli_fail(const char *cmd, tsr_status_t s);
+
+#endif
