@@ -1,10 +1,210 @@
-/* cmd_run.c - placeholder until the subcommand lands. */
+/*
+ * cmd_run.c - `tessera run`: generate text from a prompt.
+ *
+ * Output follows llama2.c's `run`: the prompt (as its tokens decode), then
+ * the continuation, then a newline, on stdout; a one-line summary on stderr.
+ * -n counts positions including BOS and the prompt tokens.
+ */
+#include <ctype.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: tessera run -m MODEL [-z TOKENIZER] [-p PROMPT] [-n STEPS] [options]\n"
+          "\n"
+          "  -m, --model FILE       GGUF (llama) or llama2.c .bin checkpoint\n"
+          "  -z, --tokenizer FILE   llama2.c tokenizer (.bin); GGUF files carry their own\n"
+          "  -p, --prompt TEXT      prompt (default: empty)\n"
+          "  -n, --steps N          positions to run, prompt included (default 256;\n"
+          "                         0 or more than the context = the model's context)\n"
+          "      --temp T           temperature, 0 = greedy (default 1.0)\n"
+          "      --topp P           nucleus sampling threshold in [0,1] (default 0.9)\n"
+          "      --seed S           RNG seed (default: from the clock; printed)\n"
+          "      --precision P      fp32 | int8 (W8A8 dynamic quantization) (default fp32)\n"
+          "      --device LIST      cpu (default)\n"
+          "  -t, --threads N        CPU threads (default: all)\n"
+          "  -h, --help             this text\n");
+}
+
+/* Prints a piece unless it is a lone unprintable byte (as llama2.c does). */
+static void print_piece(const char *piece) {
+  if (!piece || !piece[0]) return;
+  if (piece[1] == '\0') {
+    unsigned char b = (unsigned char)piece[0];
+    if (!(isprint(b) || isspace(b))) return;
+  }
+  fputs(piece, stdout);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int tsr_cmd_run(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "tessera %s: not built yet\n", argv[0]);
-  return 1;
+  const char *cmd = "run";
+  const char *model_path = NULL, *tok_path = NULL, *prompt = "", *device = "cpu";
+  int64_t steps = 256, threads = 0;
+  double temp = 1.0, topp = 0.9;
+  uint64_t seed = 0;
+  tsr_precision_t precision = TSR_PRECISION_FP32;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+#define VALUE() \
+  if (!(v = cli_value(cmd, argc, argv, &i))) return 2
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+      VALUE();
+      model_path = v;
+    } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
+      VALUE();
+      tok_path = v;
+    } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+      VALUE();
+      prompt = v;
+    } else if (!strcmp(a, "-n") || !strcmp(a, "--steps")) {
+      VALUE();
+      if (!cli_parse_i64(cmd, a, v, 0, INT32_MAX, &steps)) return 2;
+    } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
+      VALUE();
+      if (!cli_parse_f64(cmd, a, v, 0.0, 1e6, &temp)) return 2;
+    } else if (!strcmp(a, "--topp") || !strcmp(a, "--top-p")) {
+      VALUE();
+      if (!cli_parse_f64(cmd, a, v, 0.0, 1.0, &topp)) return 2;
+    } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
+      VALUE();
+      if (!cli_parse_u64(cmd, a, v, &seed)) return 2;
+    } else if (!strcmp(a, "--precision")) {
+      VALUE();
+      if (!strcmp(v, "fp32")) precision = TSR_PRECISION_FP32;
+      else if (!strcmp(v, "int8")) precision = TSR_PRECISION_INT8;
+      else {
+        fprintf(stderr, "tessera run: --precision: '%s' is not fp32 or int8\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--device")) {
+      VALUE();
+      device = v;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+      VALUE();
+      if (!cli_parse_i64(cmd, a, v, 0, 1024, &threads)) return 2;
+    } else {
+      fprintf(stderr, "tessera run: unknown option '%s' (see --help)\n", a);
+      return 2;
+    }
+#undef VALUE
+  }
+  if (!model_path) {
+    fprintf(stderr, "tessera run: -m MODEL is required (see --help)\n");
+    return 2;
+  }
+  if (strcmp(device, "cpu") != 0) {
+    fprintf(stderr, "tessera run: --device: '%s': only 'cpu' runs whole models so far\n",
+            device);
+    return 2;
+  }
+  if (seed == 0) seed = (uint64_t)time(NULL);
+
+  tsr_context_options_t copts;
+  tsr_context_options_init(&copts);
+  copts.n_threads = (int)threads;
+  copts.devices = device;
+  tsr_context_t *ctx = NULL;
+  tsr_model_t *model = NULL;
+  tsr_session_t *sess = NULL;
+  tsr_sampler_t *sampler = NULL;
+  int32_t *tokens = NULL;
+  int rc = 1;
+  tsr_status_t s = tsr_context_create(&copts, &ctx);
+  if (!s) s = tsr_model_load(ctx, model_path, tok_path, &model);
+  tsr_model_config_t cfg = {0};
+  if (!s) {
+    tsr_model_config(model, &cfg);
+    tsr_session_options_t sopts;
+    tsr_session_options_init(&sopts);
+    sopts.precision = precision;
+    s = tsr_session_create(model, &sopts, &sess);
+  }
+  if (!s) s = tsr_sampler_create(cfg.vocab_size, (float)temp, (float)topp, seed, &sampler);
+  size_t n_prompt = 0;
+  if (!s) {
+    size_t cap = strlen(prompt) + 3;
+    tokens = malloc(sizeof(int32_t) * cap);
+    if (!tokens) {
+      fprintf(stderr, "tessera run: out of memory for %zu prompt tokens\n", cap);
+      goto done;
+    }
+    s = tsr_model_tokenize(model, prompt, true, false, tokens, cap, &n_prompt);
+  }
+  if (s) {
+    rc = cli_fail(cmd, s);
+    goto done;
+  }
+  if (steps == 0 || steps > cfg.seq_len) steps = cfg.seq_len;
+  if ((int64_t)n_prompt > steps) n_prompt = (size_t)steps; /* prompt cut at the context */
+
+  /* Prefill: all prompt tokens in one batch; print them as they decode. */
+  const float *logits = NULL;
+  double t0 = now_s(), t_first = 0;
+  s = tsr_session_eval(sess, tokens, n_prompt, &logits);
+  if (s) {
+    rc = cli_fail(cmd, s);
+    goto done;
+  }
+  for (size_t i = 1; i < n_prompt; i++)
+    print_piece(tsr_model_token_piece(model, tokens[i - 1], tokens[i]));
+  fflush(stdout);
+  t_first = now_s();
+  int32_t token = tokens[n_prompt - 1];
+  int64_t pos = (int64_t)n_prompt - 1, generated = 0;
+  float *scratch = malloc(sizeof(float) * (size_t)cfg.vocab_size);
+  if (!scratch) {
+    fprintf(stderr, "tessera run: out of memory for %d logits\n", cfg.vocab_size);
+    goto done;
+  }
+  while (pos < steps) {
+    memcpy(scratch, logits, sizeof(float) * (size_t)cfg.vocab_size);
+    int32_t next = tsr_sampler_sample(sampler, scratch);
+    pos++;
+    if (next == tsr_model_bos(model)) break; /* BOS ends a sequence */
+    print_piece(tsr_model_token_piece(model, token, next));
+    fflush(stdout);
+    token = next;
+    generated++;
+    if (pos >= steps) break;
+    s = tsr_session_eval(sess, &token, 1, &logits);
+    if (s) {
+      free(scratch);
+      printf("\n");
+      rc = cli_fail(cmd, s);
+      goto done;
+    }
+  }
+  free(scratch);
+  printf("\n");
+  double t1 = now_s();
+  double prefill_s = t_first - t0, decode_s = t1 - t_first;
+  fprintf(stderr,
+          "tessera run: %zu prompt tokens in %.3f s (%.1f tok/s), %" PRId64
+          " generated in %.3f s (%.1f tok/s), %s, seed %" PRIu64 "\n",
+          n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0, generated,
+          decode_s, decode_s > 0 ? (double)generated / decode_s : 0.0,
+          precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
+  rc = 0;
+done:
+  free(tokens);
+  tsr_sampler_destroy(sampler);
+  tsr_session_destroy(sess);
+  tsr_model_destroy(model);
+  tsr_context_destroy(ctx);
+  return rc;
 }

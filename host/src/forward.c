@@ -1,0 +1,254 @@
+/*
+ * forward.c - the CPU reference forward pass of a llama model and the
+ * session that holds its KV cache.
+ *
+ * One call evaluates T tokens at consecutive positions: T > 1 is a batched
+ * prefill (matmuls as GEMM over the T rows), T == 1 a decode step (GEMV).
+ * Matmuls run in fp32 through OpenBLAS or in int8 (W8A8: per-row activation
+ * quantization, the int8 kernel, the shared dequantization routine). Norms,
+ * RoPE, softmax and SwiGLU follow llama2.c's arithmetic.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Prompt tokens are processed in chunks of at most this many rows, which
+ * bounds the scratch memory while keeping GEMM shapes large. */
+#define TSR_PREFILL_CHUNK 64
+
+struct tsr_session {
+  tsr_model_t *model; /* borrowed, must outlive */
+  tsr_precision_t precision;
+  int32_t max_seq;
+  int32_t pos;
+  float *key_cache;   /* (n_layers, max_seq, kv_dim) */
+  float *value_cache; /* (n_layers, max_seq, kv_dim) */
+  /* Scratch for up to TSR_PREFILL_CHUNK rows. */
+  float *x;   /* (T, dim) residual stream        */
+  float *xb;  /* (T, max(dim, q_dim)) normed / attention output */
+  float *xb2; /* (T, dim)                         */
+  float *hb;  /* (T, hidden_dim)                  */
+  float *hb2; /* (T, hidden_dim)                  */
+  float *q;   /* (T, q_dim)                       */
+  float *k;   /* (T, kv_dim)                      */
+  float *v;   /* (T, kv_dim)                      */
+  float *att; /* (n_threads, max_seq) attention scores per worker */
+  float *logits; /* (vocab)                       */
+  int8_t *qa;      /* (T, max in-features) quantized activations */
+  float *qa_scale; /* (T)                          */
+  int32_t *acc;    /* (T, max out-features) int32 accumulators */
+};
+
+void tsr_session_options_init(tsr_session_options_t *o) {
+  memset(o, 0, sizeof(*o));
+  o->precision = TSR_PRECISION_FP32;
+  o->max_seq = 0;
+}
+
+static int32_t max3(int32_t a, int32_t b, int32_t c) {
+  int32_t m = a > b ? a : b;
+  return m > c ? m : c;
+}
+
+tsr_status_t tsr_session_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                                tsr_session_t **out) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "session: out_session is NULL");
+  *out = NULL;
+  if (!model) return TSR_ERR(INVALID_ARGUMENT, "session: model is NULL");
+  tsr_session_options_t defaults;
+  if (!opts) {
+    tsr_session_options_init(&defaults);
+    opts = &defaults;
+  }
+  const tsr_model_config_t *c = &model->cfg;
+  if (opts->precision != TSR_PRECISION_FP32 && opts->precision != TSR_PRECISION_INT8)
+    return TSR_ERR(INVALID_ARGUMENT, "session: unknown precision %d", (int)opts->precision);
+  if (opts->max_seq < 0 || opts->max_seq > c->seq_len)
+    return TSR_ERR(OUT_OF_RANGE, "session: max_seq %d outside [0, seq_len %d]", opts->max_seq,
+                   c->seq_len);
+  if (opts->precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
+  tsr_session_t *s = calloc(1, sizeof(*s));
+  if (!s) return TSR_ERR(RESOURCE_EXHAUSTED, "session");
+  s->model = model;
+  s->precision = opts->precision;
+  s->max_seq = opts->max_seq ? opts->max_seq : c->seq_len;
+  const size_t T = TSR_PREFILL_CHUNK;
+  const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+  const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+  const size_t cache = (size_t)c->n_layers * (size_t)s->max_seq * kv_dim;
+  const size_t widest_in = (size_t)max3(c->dim, c->hidden_dim, (int32_t)q_dim);
+  const size_t widest_out = (size_t)max3(c->hidden_dim, c->vocab_size, c->dim);
+  const int n_threads = tsr_threadpool_size(model->ctx->pool);
+  s->key_cache = calloc(cache, sizeof(float));
+  s->value_cache = calloc(cache, sizeof(float));
+  s->x = malloc(sizeof(float) * T * (size_t)c->dim);
+  s->xb = malloc(sizeof(float) * T * widest_in);
+  s->xb2 = malloc(sizeof(float) * T * (size_t)c->dim);
+  s->hb = malloc(sizeof(float) * T * (size_t)c->hidden_dim);
+  s->hb2 = malloc(sizeof(float) * T * (size_t)c->hidden_dim);
+  s->q = malloc(sizeof(float) * T * q_dim);
+  s->k = malloc(sizeof(float) * T * kv_dim);
+  s->v = malloc(sizeof(float) * T * kv_dim);
+  s->att = malloc(sizeof(float) * (size_t)n_threads * (size_t)s->max_seq);
+  s->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+  s->qa = malloc(T * widest_in);
+  s->qa_scale = malloc(sizeof(float) * T);
+  s->acc = malloc(sizeof(int32_t) * T * widest_out);
+  if (!s->key_cache || !s->value_cache || !s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 ||
+      !s->q || !s->k || !s->v || !s->att || !s->logits || !s->qa || !s->qa_scale || !s->acc) {
+    tsr_session_destroy(s);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "session: KV cache of %zu floats and scratch", 2 * cache);
+  }
+  *out = s;
+  return TSR_OK;
+}
+
+void tsr_session_destroy(tsr_session_t *s) {
+  if (!s) return;
+  free(s->key_cache);
+  free(s->value_cache);
+  free(s->x);
+  free(s->xb);
+  free(s->xb2);
+  free(s->hb);
+  free(s->hb2);
+  free(s->q);
+  free(s->k);
+  free(s->v);
+  free(s->att);
+  free(s->logits);
+  free(s->qa);
+  free(s->qa_scale);
+  free(s->acc);
+  free(s);
+}
+
+int32_t tsr_session_pos(const tsr_session_t *s) { return s->pos; }
+void tsr_session_reset(tsr_session_t *s) { s->pos = 0; }
+
+/* out (T, rows) = x (T, cols) . W^T in the session's precision. */
+static void linear(tsr_session_t *s, float *out, const float *x, int32_t T,
+                   const tsr_linear_t *w) {
+  if (s->precision == TSR_PRECISION_INT8) {
+    tsr_quantize_rows(s->qa, s->qa_scale, x, T, w->cols);
+    tsr_qgemm(s->model->ctx->pool, s->model->ctx->isa, s->acc, (size_t)w->rows, s->qa,
+              (size_t)w->cols, &w->q, T);
+    tsr_dequantize(out, (size_t)w->rows, s->acc, (size_t)w->rows, s->qa_scale, w->q.scale, T,
+                   w->rows);
+  } else if (T == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, w->rows, w->cols, 1.0f, w->f32, w->cols, x, 1,
+                0.0f, out, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, w->rows, w->cols, 1.0f, x, w->cols,
+                w->f32, w->cols, 0.0f, out, w->rows);
+  }
+}
+
+/* Attention of T query rows at positions pos0.. over the cache of one layer,
+ * one task per (row, head). */
+typedef struct {
+  tsr_session_t *s;
+  int32_t layer, pos0, T;
+} attn_args_t;
+
+static void attn_task(void *arg, int task, int thread) {
+  const attn_args_t *a = arg;
+  tsr_session_t *s = a->s;
+  const tsr_model_config_t *c = &s->model->cfg;
+  const int32_t hs = c->head_dim, kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
+  const int32_t kv_mul = c->n_heads / c->n_kv_heads;
+  const int32_t t = task / c->n_heads, h = task % c->n_heads;
+  const int32_t pos = a->pos0 + t;
+  const size_t loff = (size_t)a->layer * (size_t)s->max_seq * (size_t)kv_dim;
+  const float *q = s->q + (size_t)t * q_dim + (size_t)h * hs;
+  float *att = s->att + (size_t)thread * (size_t)s->max_seq;
+  const float scale = sqrtf((float)hs);
+  for (int32_t p = 0; p <= pos; p++) {
+    const float *k = s->key_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
+    float score = 0.0f;
+    for (int32_t i = 0; i < hs; i++) score += q[i] * k[i];
+    att[p] = score / scale;
+  }
+  tsr_softmax(att, pos + 1);
+  float *xb = s->xb + (size_t)t * q_dim + (size_t)h * hs;
+  memset(xb, 0, sizeof(float) * (size_t)hs);
+  for (int32_t p = 0; p <= pos; p++) {
+    const float *v = s->value_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
+    const float w = att[p];
+    for (int32_t i = 0; i < hs; i++) xb[i] += w * v[i];
+  }
+}
+
+/* Evaluates T <= TSR_PREFILL_CHUNK tokens at s->pos..; logits of the last. */
+static void forward_chunk(tsr_session_t *s, const int32_t *tokens, int32_t T, bool want_logits) {
+  const tsr_model_t *m = s->model;
+  const tsr_model_config_t *c = &m->cfg;
+  const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
+  const int32_t kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
+  const int32_t pos0 = s->pos;
+  for (int32_t t = 0; t < T; t++)
+    memcpy(s->x + (size_t)t * dim, m->tok_embd + (size_t)tokens[t] * dim, sizeof(float) * dim);
+
+  for (int32_t l = 0; l < c->n_layers; l++) {
+    const tsr_layer_t *w = &m->layers[l];
+    for (int32_t t = 0; t < T; t++)
+      tsr_rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_att, dim, c->rms_eps);
+    /* xb holds T rows of width dim here (packed with stride dim). */
+    linear(s, s->q, s->xb, T, &w->wq);
+    linear(s, s->k, s->xb, T, &w->wk);
+    linear(s, s->v, s->xb, T, &w->wv);
+    const size_t loff = (size_t)l * (size_t)s->max_seq * (size_t)kv_dim;
+    for (int32_t t = 0; t < T; t++) {
+      tsr_rope(s->q + (size_t)t * q_dim, c->n_heads, hs, pos0 + t, c->rope_theta);
+      tsr_rope(s->k + (size_t)t * kv_dim, c->n_kv_heads, hs, pos0 + t, c->rope_theta);
+      memcpy(s->key_cache + loff + (size_t)(pos0 + t) * kv_dim, s->k + (size_t)t * kv_dim,
+             sizeof(float) * kv_dim);
+      memcpy(s->value_cache + loff + (size_t)(pos0 + t) * kv_dim, s->v + (size_t)t * kv_dim,
+             sizeof(float) * kv_dim);
+    }
+    attn_args_t aa = {s, l, pos0, T};
+    tsr_threadpool_run(m->ctx->pool, T * c->n_heads, attn_task, &aa);
+    /* xb now holds T rows of width q_dim. */
+    linear(s, s->xb2, s->xb, T, &w->wo);
+    for (size_t i = 0; i < (size_t)T * dim; i++) s->x[i] += s->xb2[i];
+
+    for (int32_t t = 0; t < T; t++)
+      tsr_rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn, dim, c->rms_eps);
+    linear(s, s->hb, s->xb, T, &w->w1);
+    linear(s, s->hb2, s->xb, T, &w->w3);
+    tsr_swiglu(s->hb, s->hb2, T * hd);
+    linear(s, s->xb, s->hb, T, &w->w2);
+    for (size_t i = 0; i < (size_t)T * dim; i++) s->x[i] += s->xb[i];
+  }
+  s->pos += T;
+  if (!want_logits) return;
+  /* Only the last row's logits are needed. */
+  float *last = s->x + (size_t)(T - 1) * dim;
+  tsr_rmsnorm(last, last, m->rms_final, dim, c->rms_eps);
+  linear(s, s->logits, last, 1, &m->output);
+}
+
+tsr_status_t tsr_session_eval(tsr_session_t *s, const int32_t *tokens, size_t n,
+                              const float **out_logits) {
+  if (out_logits) *out_logits = NULL;
+  if (!s || (!tokens && n)) return TSR_ERR(INVALID_ARGUMENT, "eval: NULL argument");
+  if (n == 0) return TSR_ERR(INVALID_ARGUMENT, "eval: no tokens");
+  if (n > (size_t)(s->max_seq - s->pos))
+    return TSR_ERR(OUT_OF_RANGE, "eval: %zu tokens at position %d exceed the context of %d", n,
+                   s->pos, s->max_seq);
+  const int32_t vocab = s->model->cfg.vocab_size;
+  for (size_t i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      return TSR_ERR(OUT_OF_RANGE, "eval: token %zu is %d, outside [0, %d)", i, tokens[i],
+                     vocab);
+  for (size_t done = 0; done < n;) {
+    int32_t T = (int32_t)(n - done < TSR_PREFILL_CHUNK ? n - done : TSR_PREFILL_CHUNK);
+    forward_chunk(s, tokens + done, T, done + (size_t)T == n);
+    done += (size_t)T;
+  }
+  if (out_logits) *out_logits = s->logits;
+  return TSR_OK;
+}

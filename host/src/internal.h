@@ -1,0 +1,90 @@
+/*
+ * internal.h - the objects behind the public handles.
+ *
+ * Internal header shared by context.c, model.c, forward.c, tokenizer.c and
+ * sampler.c. Shape comments give (rows, cols) of row-major arrays.
+ */
+#ifndef TSR_INTERNAL_H
+#define TSR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model_file.h"
+#include "qgemm.h"
+#include "status.h"
+#include "tessera.h"
+#include "threadpool.h"
+
+struct tsr_context {
+  int n_threads;
+  tsr_threadpool_t *pool; /* CPU kernels' workers (owned) */
+  tsr_isa_t isa;          /* int8 kernel chosen from CPUID */
+  char *devices;          /* device list as given (owned) */
+  bool fallback;
+};
+
+/* One weight matrix y = W x, W (rows, cols), in the precisions in use. */
+typedef struct tsr_linear {
+  int32_t rows, cols;
+  const float *f32;  /* (rows, cols): into the mapping, or f32_owned */
+  float *f32_owned;  /* set when the file's type was not F32 */
+  tsr_qmatrix_t q;   /* int8 per output channel; built on first int8 use */
+} tsr_linear_t;
+
+typedef struct tsr_layer {
+  const float *rms_att; /* (dim) */
+  const float *rms_ffn; /* (dim) */
+  tsr_linear_t wq;      /* (n_heads*head_dim, dim)    */
+  tsr_linear_t wk;      /* (n_kv_heads*head_dim, dim) */
+  tsr_linear_t wv;      /* (n_kv_heads*head_dim, dim) */
+  tsr_linear_t wo;      /* (dim, n_heads*head_dim)    */
+  tsr_linear_t w1;      /* gate (hidden_dim, dim)     */
+  tsr_linear_t w2;      /* down (dim, hidden_dim)     */
+  tsr_linear_t w3;      /* up   (hidden_dim, dim)     */
+} tsr_layer_t;
+
+/* Tokenizer: llama2.c-style BPE over the vocabulary with byte fallback. */
+typedef struct tsr_tokenizer {
+  const tsr_vocab_t *vocab; /* borrowed from the model file */
+  int32_t *sorted;          /* (n) ids sorted by piece, for lookup (owned) */
+  int32_t byte_base;        /* id of "<0x00>", or -1 if absent */
+  char byte_pieces[256][2]; /* decoded text of byte tokens */
+} tsr_tokenizer_t;
+
+struct tsr_model {
+  tsr_context_t *ctx;      /* borrowed, must outlive */
+  tsr_model_file_t *file;  /* owned: keeps the mapping alive */
+  tsr_model_config_t cfg;
+  const float *tok_embd;   /* (vocab, dim) */
+  float *tok_embd_owned;
+  const float *rms_final;  /* (dim) */
+  float **owned_vectors;   /* converted norm vectors, freed with the model */
+  int n_owned_vectors;
+  tsr_layer_t *layers;     /* (n_layers) */
+  tsr_linear_t output;     /* classifier (vocab, dim) */
+  tsr_tokenizer_t tok;
+  pthread_mutex_t quant_lock; /* guards the lazy int8 quantization */
+  bool quantized;
+};
+
+/* Quantizes every linear of `m` to int8 once (thread-safe). */
+tsr_status_t tsr_model_ensure_int8(tsr_model_t *m);
+
+/* Tokenizer (tokenizer.c). */
+tsr_status_t tsr_tokenizer_init(tsr_tokenizer_t *t, const tsr_vocab_t *vocab);
+void tsr_tokenizer_free(tsr_tokenizer_t *t);
+tsr_status_t tsr_tokenizer_encode(const tsr_tokenizer_t *t, const char *text, bool bos,
+                                  bool eos, int32_t *tokens, size_t cap, size_t *n);
+const char *tsr_tokenizer_piece(const tsr_tokenizer_t *t, int32_t prev, int32_t token);
+
+/* Row-wise CPU ops (ops.c), output first. */
+void tsr_rmsnorm(float *out, const float *x, const float *w, int32_t n, float eps);
+void tsr_softmax(float *x, int32_t n);
+/* Rotates pairs (2i, 2i+1) of the first `rot_dim` entries of `vec` of each of
+ * `n_heads` heads of `head_dim` values, for position `pos`. */
+void tsr_rope(float *vec, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);
+void tsr_swiglu(float *gate, const float *up, int32_t n);
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * model.c - a loaded model: fp32 views of the weights (borrowed from the
+ * mapping when the file stores F32, converted otherwise), the int8 weights
+ * (quantized per output channel on first int8 use), and the tokenizer.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else { /* subnormal: renormalize */
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        exp--;
+      }
+      mant &= 0x3FF;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+/* fp32 copy of a view's data, or NULL with *owned untouched if it is F32. */
+static tsr_status_t view_to_f32(const tsr_tensor_view_t *v, const char *what,
+                                const float **out, float **owned) {
+  *owned = NULL;
+  size_t n = (size_t)v->rows * (size_t)v->cols;
+  if (v->type == TSR_DTYPE_F32) {
+    *out = (const float *)v->data;
+    return TSR_OK;
+  }
+  float *f = malloc(sizeof(float) * n);
+  if (!f) return TSR_ERR(RESOURCE_EXHAUSTED, "%s: %zu floats", what, n);
+  const uint8_t *src = v->data;
+  if (v->type == TSR_DTYPE_F16) {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, src + 2 * i, 2);
+      f[i] = half_to_float(h);
+    }
+  } else if (v->type == TSR_DTYPE_Q8_0) {
+    for (size_t b = 0; b < n / 32; b++) {
+      const uint8_t *blk = src + b * 34;
+      uint16_t h;
+      memcpy(&h, blk, 2);
+      float d = half_to_float(h);
+      for (int j = 0; j < 32; j++) f[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
+    }
+  } else {
+    free(f);
+    return TSR_ERR(UNIMPLEMENTED, "%s: tensor type %s", what, tsr_dtype_name(v->type));
+  }
+  *out = f;
+  *owned = f;
+  return TSR_OK;
+}
+
+static tsr_status_t vector_to_f32(tsr_model_t *m, const tsr_tensor_view_t *v,
+                                  const char *what, const float **out) {
+  float *owned = NULL;
+  TSR_RETURN_IF(view_to_f32(v, what, out, &owned));
+  if (owned) {
+    float **list = realloc(m->owned_vectors, sizeof(float *) * (size_t)(m->n_owned_vectors + 1));
+    if (!list) {
+      free(owned);
+      return TSR_ERR(RESOURCE_EXHAUSTED, "%s", what);
+    }
+    m->owned_vectors = list;
+    m->owned_vectors[m->n_owned_vectors++] = owned;
+  }
+  return TSR_OK;
+}
+
+static tsr_status_t linear_init(tsr_linear_t *l, const tsr_tensor_view_t *v, const char *what) {
+  memset(l, 0, sizeof(*l));
+  l->rows = (int32_t)v->rows;
+  l->cols = (int32_t)v->cols;
+  return view_to_f32(v, what, &l->f32, &l->f32_owned);
+}
+
+static void linear_free(tsr_linear_t *l) {
+  free(l->f32_owned);
+  tsr_qmatrix_free(&l->q);
+}
+
+tsr_status_t tsr_model_load(tsr_context_t *ctx, const char *path, const char *tokenizer_path,
+                            tsr_model_t **out) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "model: out_model is NULL");
+  *out = NULL;
+  if (!ctx) return TSR_ERR(INVALID_ARGUMENT, "model: ctx is NULL");
+  if (!path) return TSR_ERR(INVALID_ARGUMENT, "model: path is NULL");
+  tsr_model_t *m = calloc(1, sizeof(*m));
+  if (!m) return TSR_ERR(RESOURCE_EXHAUSTED, "model");
+  m->ctx = ctx;
+  pthread_mutex_init(&m->quant_lock, NULL);
+  tsr_status_t s = tsr_model_file_open(path, tokenizer_path, &m->file);
+  if (s) {
+    tsr_model_destroy(m);
+    return s;
+  }
+  const tsr_model_file_t *f = m->file;
+  m->cfg = f->config;
+  int32_t L = m->cfg.n_layers;
+  m->layers = calloc((size_t)L, sizeof(tsr_layer_t));
+  if (!m->layers) s = TSR_ERR(RESOURCE_EXHAUSTED, "model: %d layers", L);
+  if (!s) s = view_to_f32(&f->tok_embd, "token_embd", &m->tok_embd, &m->tok_embd_owned);
+  if (!s) s = vector_to_f32(m, &f->rms_final, "output_norm", &m->rms_final);
+  if (!s) s = linear_init(&m->output, &f->output, "output");
+  for (int32_t l = 0; l < L && !s; l++) {
+    const tsr_layer_views_t *v = &f->layers[l];
+    tsr_layer_t *y = &m->layers[l];
+    s = vector_to_f32(m, &v->rms_att, "attn_norm", &y->rms_att);
+    if (!s) s = vector_to_f32(m, &v->rms_ffn, "ffn_norm", &y->rms_ffn);
+    if (!s) s = linear_init(&y->wq, &v->wq, "attn_q");
+    if (!s) s = linear_init(&y->wk, &v->wk, "attn_k");
+    if (!s) s = linear_init(&y->wv, &v->wv, "attn_v");
+    if (!s) s = linear_init(&y->wo, &v->wo, "attn_output");
+    if (!s) s = linear_init(&y->w1, &v->w1, "ffn_gate");
+    if (!s) s = linear_init(&y->w2, &v->w2, "ffn_down");
+    if (!s) s = linear_init(&y->w3, &v->w3, "ffn_up");
+    if (s) s = tsr_status_annotate(s, "layer %d", l);
+  }
+  if (!s) s = tsr_tokenizer_init(&m->tok, &f->vocab);
+  if (s) {
+    tsr_model_destroy(m);
+    return tsr_status_annotate(s, "%s", path);
+  }
+  *out = m;
+  return TSR_OK;
+}
+
+void tsr_model_destroy(tsr_model_t *m) {
+  if (!m) return;
+  if (m->layers) {
+    for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+      tsr_layer_t *y = &m->layers[l];
+      linear_free(&y->wq);
+      linear_free(&y->wk);
+      linear_free(&y->wv);
+      linear_free(&y->wo);
+      linear_free(&y->w1);
+      linear_free(&y->w2);
+      linear_free(&y->w3);
+    }
+    free(m->layers);
+  }
+  linear_free(&m->output);
+  for (int i = 0; i < m->n_owned_vectors; i++) free(m->owned_vectors[i]);
+  free(m->owned_vectors);
+  free(m->tok_embd_owned);
+  tsr_tokenizer_free(&m->tok);
+  tsr_model_file_close(m->file);
+  pthread_mutex_destroy(&m->quant_lock);
+  free(m);
+}
+
+void tsr_model_config(const tsr_model_t *m, tsr_model_config_t *out) { *out = m->cfg; }
+
+static tsr_status_t quantize_linear(tsr_linear_t *l, const char *what, int32_t layer) {
+  if (l->q.data) return TSR_OK;
+  return tsr_status_annotate(tsr_qmatrix_quantize(&l->q, l->f32, l->rows, l->cols),
+                             "quantizing layer %d %s", layer, what);
+}
+
+tsr_status_t tsr_model_ensure_int8(tsr_model_t *m) {
+  pthread_mutex_lock(&m->quant_lock);
+  tsr_status_t s = TSR_OK;
+  if (!m->quantized) {
+    for (int32_t l = 0; l < m->cfg.n_layers && !s; l++) {
+      tsr_layer_t *y = &m->layers[l];
+      s = quantize_linear(&y->wq, "attn_q", l);
+      if (!s) s = quantize_linear(&y->wk, "attn_k", l);
+      if (!s) s = quantize_linear(&y->wv, "attn_v", l);
+      if (!s) s = quantize_linear(&y->wo, "attn_output", l);
+      if (!s) s = quantize_linear(&y->w1, "ffn_gate", l);
+      if (!s) s = quantize_linear(&y->w2, "ffn_down", l);
+      if (!s) s = quantize_linear(&y->w3, "ffn_up", l);
+    }
+    if (!s) s = quantize_linear(&m->output, "output", -1);
+    m->quantized = s == TSR_OK;
+  }
+  pthread_mutex_unlock(&m->quant_lock);
+  return s;
+}
+
+tsr_status_t tsr_model_tokenize(const tsr_model_t *m, const char *text, bool add_bos,
+                                bool add_eos, int32_t *tokens, size_t cap, size_t *n) {
+  if (!m || !n || (!tokens && cap))
+    return TSR_ERR(INVALID_ARGUMENT, "tokenize: NULL argument");
+  return tsr_tokenizer_encode(&m->tok, text, add_bos, add_eos, tokens, cap, n);
+}
+
+const char *tsr_model_token_piece(const tsr_model_t *m, int32_t prev, int32_t token) {
+  return m ? tsr_tokenizer_piece(&m->tok, prev, token) : NULL;
+}
+
+int32_t tsr_model_bos(const tsr_model_t *m) { return m->file->vocab.bos; }
+int32_t tsr_model_eos(const tsr_model_t *m) { return m->file->vocab.eos; }
