@@ -1,0 +1,361 @@
+/*
+ * test_forward.c - the CPU reference forward pass against an independent
+ * double-precision implementation written here, op by op and end to end;
+ * prefill against token-by-token decode; int8 against fp32; session errors.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tsr_test.h"
+
+static tsr_context_t *ctx;
+
+static int setup(void) {
+  tsr_context_options_t o;
+  tsr_context_options_init(&o);
+  o.n_threads = 2;
+  tsr_status_t s = tsr_context_create(&o, &ctx);
+  tsr_status_free(s);
+  return s ? 1 : 0;
+}
+static int teardown(void) {
+  tsr_context_destroy(ctx);
+  return 0;
+}
+
+static float frand(uint64_t *st) {
+  return (float)((double)(tsr_test_splitmix64(st) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* ---- ops ---- */
+
+static void test_rmsnorm(void) {
+  uint64_t st = 1;
+  float x[67], w[67], out[67];
+  for (int i = 0; i < 67; i++) {
+    x[i] = 3 * frand(&st);
+    w[i] = frand(&st);
+  }
+  tsr_rmsnorm(out, x, w, 67, 1e-5f);
+  double ss = 0;
+  for (int i = 0; i < 67; i++) ss += (double)x[i] * x[i];
+  double r = 1.0 / sqrt(ss / 67 + 1e-5);
+  for (int i = 0; i < 67; i++) CU_ASSERT_DOUBLE_EQUAL(out[i], w[i] * x[i] * r, 1e-5);
+}
+
+static void test_softmax(void) {
+  float x[100];
+  uint64_t st = 2;
+  for (int i = 0; i < 100; i++) x[i] = 50 * frand(&st);
+  double ref[100], mx = -1e30, sum = 0;
+  for (int i = 0; i < 100; i++) mx = fmax(mx, x[i]);
+  for (int i = 0; i < 100; i++) sum += exp(x[i] - mx);
+  for (int i = 0; i < 100; i++) ref[i] = exp(x[i] - mx) / sum;
+  tsr_softmax(x, 100);
+  double total = 0;
+  for (int i = 0; i < 100; i++) {
+    CU_ASSERT_DOUBLE_EQUAL(x[i], ref[i], 1e-6);
+    total += x[i];
+  }
+  CU_ASSERT_DOUBLE_EQUAL(total, 1.0, 1e-5);
+  float one[1] = {-1e30f};
+  tsr_softmax(one, 1);
+  CU_ASSERT_EQUAL(one[0], 1.0f);
+}
+
+static void test_rope(void) {
+  const int heads = 3, hs = 8;
+  float v[24], ref[24];
+  uint64_t st = 3;
+  for (int i = 0; i < 24; i++) ref[i] = v[i] = frand(&st);
+  const int pos = 37;
+  tsr_rope(v, heads, hs, pos, 10000.0f);
+  for (int h = 0; h < heads; h++)
+    for (int i = 0; i < hs; i += 2) {
+      double ang = pos * pow(10000.0, -(double)i / hs);
+      double a = ref[h * hs + i], b = ref[h * hs + i + 1];
+      CU_ASSERT_DOUBLE_EQUAL(v[h * hs + i], a * cos(ang) - b * sin(ang), 1e-4);
+      CU_ASSERT_DOUBLE_EQUAL(v[h * hs + i + 1], a * sin(ang) + b * cos(ang), 1e-4);
+      /* a rotation keeps the pair's length */
+      CU_ASSERT_DOUBLE_EQUAL(hypot(v[h * hs + i], v[h * hs + i + 1]), hypot(a, b), 1e-5);
+    }
+}
+
+static void test_swiglu(void) {
+  float g[33], u[33], ref[33];
+  uint64_t st = 4;
+  for (int i = 0; i < 33; i++) {
+    g[i] = 8 * frand(&st);
+    u[i] = frand(&st);
+    ref[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+  }
+  tsr_swiglu(g, u, 33);
+  for (int i = 0; i < 33; i++) CU_ASSERT_DOUBLE_EQUAL(g[i], ref[i], 1e-5);
+}
+
+/* ---- an independent forward pass in double precision ---- */
+
+typedef struct {
+  const tsr_model_t *m;
+  int pos;
+  double *kc, *vc; /* (L, seq, kv_dim) */
+} ref_state_t;
+
+static void ref_matvec(double *y, const float *w, const double *x, int rows, int cols) {
+  for (int r = 0; r < rows; r++) {
+    double acc = 0;
+    for (int c = 0; c < cols; c++) acc += (double)w[(size_t)r * cols + c] * x[c];
+    y[r] = acc;
+  }
+}
+
+static void ref_norm(double *o, const double *x, const float *w, int n, double eps) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  double r = 1.0 / sqrt(ss / n + eps);
+  for (int i = 0; i < n; i++) o[i] = x[i] * r * w[i];
+}
+
+/* Rotates each adjacent pair of every head by pos * theta^(-2j/hs). */
+static void ref_rope(double *v, int n, int hs, int pos, double theta) {
+  for (int i = 0; i < n; i += 2) {
+    int j = (i % hs) / 2;
+    double ang = pos * pow(theta, -2.0 * j / hs);
+    double a = v[i], b = v[i + 1];
+    v[i] = a * cos(ang) - b * sin(ang);
+    v[i + 1] = a * sin(ang) + b * cos(ang);
+  }
+}
+
+static void ref_step(ref_state_t *st, int token, double *logits) {
+  const tsr_model_t *m = st->m;
+  const tsr_model_config_t *c = &m->cfg;
+  int D = c->dim, H = c->hidden_dim, hs = c->head_dim, nh = c->n_heads, nkv = c->n_kv_heads;
+  int kvd = nkv * hs, S = c->seq_len;
+  double *x = calloc(D, sizeof(double)), *xb = calloc(D, sizeof(double));
+  double *q = calloc(nh * hs, sizeof(double)), *att = calloc(S, sizeof(double));
+  double *o = calloc(nh * hs, sizeof(double)), *h1 = calloc(H, sizeof(double));
+  double *h3 = calloc(H, sizeof(double)), *tmp = calloc(D > H ? D : H, sizeof(double));
+  for (int i = 0; i < D; i++) x[i] = m->tok_embd[(size_t)token * D + i];
+  for (int l = 0; l < c->n_layers; l++) {
+    const tsr_layer_t *w = &m->layers[l];
+    double *kc = st->kc + ((size_t)l * S + st->pos) * kvd, *vc = st->vc + ((size_t)l * S + st->pos) * kvd;
+    ref_norm(xb, x, w->rms_att, D, c->rms_eps);
+    ref_matvec(q, w->wq.f32, xb, nh * hs, D);
+    ref_matvec(kc, w->wk.f32, xb, kvd, D);
+    ref_matvec(vc, w->wv.f32, xb, kvd, D);
+    ref_rope(q, nh * hs, hs, st->pos, c->rope_theta);
+    ref_rope(kc, kvd, hs, st->pos, c->rope_theta);
+    for (int h = 0; h < nh; h++) {
+      int g = h / (nh / nkv);
+      double mx = -1e300, sum = 0;
+      for (int p = 0; p <= st->pos; p++) {
+        const double *k = st->kc + ((size_t)l * S + p) * kvd + g * hs;
+        double d = 0;
+        for (int i = 0; i < hs; i++) d += q[h * hs + i] * k[i];
+        att[p] = d / sqrt(hs);
+        mx = fmax(mx, att[p]);
+      }
+      for (int p = 0; p <= st->pos; p++) sum += (att[p] = exp(att[p] - mx));
+      for (int i = 0; i < hs; i++) {
+        double acc = 0;
+        for (int p = 0; p <= st->pos; p++)
+          acc += att[p] / sum * st->vc[((size_t)l * S + p) * kvd + g * hs + i];
+        o[h * hs + i] = acc;
+      }
+    }
+    ref_matvec(tmp, w->wo.f32, o, D, nh * hs);
+    for (int i = 0; i < D; i++) x[i] += tmp[i];
+    ref_norm(xb, x, w->rms_ffn, D, c->rms_eps);
+    ref_matvec(h1, w->w1.f32, xb, H, D);
+    ref_matvec(h3, w->w3.f32, xb, H, D);
+    for (int i = 0; i < H; i++) h1[i] = h1[i] / (1 + exp(-h1[i])) * h3[i];
+    ref_matvec(tmp, w->w2.f32, h1, D, H);
+    for (int i = 0; i < D; i++) x[i] += tmp[i];
+  }
+  ref_norm(xb, x, m->rms_final, D, c->rms_eps);
+  ref_matvec(logits, m->output.f32, xb, c->vocab_size, D);
+  st->pos++;
+  free(x); free(xb); free(q); free(att); free(o); free(h1); free(h3); free(tmp);
+}
+
+/* Largest |a - b| over n logits, relative to the largest |b|. */
+static double rel_err(const float *a, const double *b, int n) {
+  double e = 0, s = 1e-12;
+  for (int i = 0; i < n; i++) {
+    e = fmax(e, fabs(a[i] - b[i]));
+    s = fmax(s, fabs(b[i]));
+  }
+  return e / s;
+}
+
+static const int32_t seq[] = {1, 403, 407, 261, 378, 268, 269, 300, 11, 80, 7, 511, 0, 3, 2, 259};
+#define NSEQ ((int)(sizeof seq / sizeof seq[0]))
+
+static void check_against_reference(tsr_model_t *m, const char *what) {
+  tsr_model_config_t c;
+  tsr_model_config(m, &c);
+  ref_state_t st = {m, 0, calloc((size_t)c.n_layers * c.seq_len * c.n_kv_heads * c.head_dim, 8),
+                    calloc((size_t)c.n_layers * c.seq_len * c.n_kv_heads * c.head_dim, 8)};
+  double *ref = malloc(sizeof(double) * c.vocab_size);
+  tsr_session_t *s = NULL;
+  TSR_ASSERT_OK(tsr_session_create(m, NULL, &s));
+  double worst = 0;
+  for (int i = 0; i < NSEQ; i++) {
+    const float *logits = NULL;
+    int32_t tok = seq[i] % c.vocab_size;
+    TSR_ASSERT_OK(tsr_session_eval(s, &tok, 1, &logits));
+    ref_step(&st, tok, ref);
+    worst = fmax(worst, rel_err(logits, ref, c.vocab_size));
+  }
+  printf("REPORT forward %s: fp32 vs double reference, max relative logit error %.2e over %d "
+         "steps\n", what, worst, NSEQ);
+  CU_ASSERT_TRUE(worst < 1e-4);
+  tsr_session_destroy(s);
+  free(st.kc); free(st.vc); free(ref);
+}
+
+static void test_forward_stories260k(void) {
+  tsr_model_t *m = NULL;
+  TSR_ASSERT_OK(tsr_model_load(ctx, tsr_test_model_path("stories260K.bin"),
+                               tsr_test_model_path("tok512.bin"), &m));
+  if (!m) return;
+  check_against_reference(m, "stories260K (shared classifier)");
+  tsr_model_destroy(m);
+}
+
+/* A generated model: separate classifier, GQA, F16 and Q8_0 weights. */
+static void test_forward_generated(void) {
+  const char *types[] = {"f32", "f16", "q8_0"};
+  const tsr_dtype_t dt[] = {TSR_DTYPE_F32, TSR_DTYPE_F16, TSR_DTYPE_Q8_0};
+  for (int t = 0; t < 3; t++) {
+    tsr_gen_params_t p;
+    TSR_ASSERT_OK(tsr_gen_preset("stories260K", &p));
+    p.dim = 64; p.hidden_dim = 96; p.n_layers = 2; p.n_heads = 4; p.n_kv_heads = 2;
+    p.vocab_size = 300; p.seq_len = 64; p.type = dt[t]; p.seed = 77 + t;
+    char path[512];
+    snprintf(path, sizeof path, "%s/gen_%s.gguf", tsr_test_tmpdir(), types[t]);
+    TSR_ASSERT_OK(tsr_gen_model_write(path, &p));
+    tsr_model_t *m = NULL;
+    TSR_ASSERT_OK(tsr_model_load(ctx, path, NULL, &m));
+    if (!m) continue;
+    char what[64];
+    snprintf(what, sizeof what, "generated %s", types[t]);
+    check_against_reference(m, what);
+    tsr_model_destroy(m);
+  }
+}
+
+/* Batched prefill gives the decode path's logits: equal in int8 (integer
+ * matmuls are exact and quantization is per row), close in fp32. */
+static void test_prefill_matches_decode(void) {
+  tsr_model_t *m = NULL;
+  TSR_ASSERT_OK(tsr_model_load(ctx, tsr_test_model_path("stories260K.gguf"), NULL, &m));
+  if (!m) return;
+  tsr_model_config_t c;
+  tsr_model_config(m, &c);
+  int32_t toks[150];
+  for (int i = 0; i < 150; i++) toks[i] = i == 0 ? 1 : (int32_t)((i * 97 + 13) % c.vocab_size);
+  for (int prec = 0; prec < 2; prec++) {
+    tsr_session_options_t o;
+    tsr_session_options_init(&o);
+    o.precision = prec ? TSR_PRECISION_INT8 : TSR_PRECISION_FP32;
+    tsr_session_t *a = NULL, *b = NULL;
+    TSR_ASSERT_OK(tsr_session_create(m, &o, &a));
+    TSR_ASSERT_OK(tsr_session_create(m, &o, &b));
+    const float *la = NULL, *lb = NULL;
+    TSR_ASSERT_OK(tsr_session_eval(a, toks, 150, &la)); /* 3 chunks: 64+64+22 */
+    for (int i = 0; i < 150; i++) TSR_ASSERT_OK(tsr_session_eval(b, &toks[i], 1, &lb));
+    CU_ASSERT_EQUAL(tsr_session_pos(a), 150);
+    CU_ASSERT_EQUAL(tsr_session_pos(b), 150);
+    double e = 0, scale = 1e-12;
+    for (int i = 0; i < c.vocab_size; i++) {
+      e = fmax(e, fabs(la[i] - lb[i]));
+      scale = fmax(scale, fabs(lb[i]));
+    }
+    if (prec) CU_ASSERT_EQUAL(memcmp(la, lb, sizeof(float) * c.vocab_size), 0);
+    else CU_ASSERT_TRUE(e / scale < 1e-4);
+    printf("REPORT prefill vs decode (%s): max relative logit difference %.2e\n",
+           prec ? "int8" : "fp32", e / scale);
+    tsr_session_destroy(a);
+    tsr_session_destroy(b);
+  }
+  tsr_model_destroy(m);
+}
+
+/* int8 logits stay near fp32 ones; the bound is loose by design (W8A8). */
+static void test_int8_close_to_fp32(void) {
+  tsr_model_t *m = NULL;
+  TSR_ASSERT_OK(tsr_model_load(ctx, tsr_test_model_path("stories260K.bin"),
+                               tsr_test_model_path("tok512.bin"), &m));
+  if (!m) return;
+  tsr_session_options_t o;
+  tsr_session_options_init(&o);
+  tsr_session_t *f = NULL, *q = NULL;
+  TSR_ASSERT_OK(tsr_session_create(m, &o, &f));
+  o.precision = TSR_PRECISION_INT8;
+  TSR_ASSERT_OK(tsr_session_create(m, &o, &q));
+  const float *lf = NULL, *lq = NULL;
+  TSR_ASSERT_OK(tsr_session_eval(f, seq, NSEQ, &lf));
+  TSR_ASSERT_OK(tsr_session_eval(q, seq, NSEQ, &lq));
+  double e = 0, scale = 0;
+  for (int i = 0; i < 512; i++) {
+    e = fmax(e, fabs(lf[i] - lq[i]));
+    scale = fmax(scale, fabs(lf[i]));
+  }
+  printf("REPORT int8 vs fp32 logits after %d tokens: max abs error %.3f (max |logit| %.2f)\n",
+         NSEQ, e, scale);
+  CU_ASSERT_TRUE(e / scale < 0.1);
+  tsr_session_destroy(f);
+  tsr_session_destroy(q);
+  tsr_model_destroy(m);
+}
+
+static void test_session_errors(void) {
+  tsr_model_t *m = NULL;
+  TSR_ASSERT_OK(tsr_model_load(ctx, tsr_test_model_path("stories260K.gguf"), NULL, &m));
+  if (!m) return;
+  tsr_session_options_t o;
+  tsr_session_options_init(&o);
+  o.max_seq = 4;
+  tsr_session_t *s = NULL;
+  TSR_ASSERT_OK(tsr_session_create(m, &o, &s));
+  int32_t toks[5] = {1, 2, 3, 4, 5};
+  const float *l = (const float *)toks;
+  TSR_ASSERT_ERR(tsr_session_eval(s, toks, 5, &l), TSR_STATUS_OUT_OF_RANGE, "context of 4");
+  CU_ASSERT_PTR_NULL(l);
+  int32_t bad = 512;
+  TSR_ASSERT_ERR(tsr_session_eval(s, &bad, 1, NULL), TSR_STATUS_OUT_OF_RANGE, "token 0 is 512");
+  TSR_ASSERT_ERR(tsr_session_eval(s, toks, 0, NULL), TSR_STATUS_INVALID_ARGUMENT, "no tokens");
+  CU_ASSERT_EQUAL(tsr_session_pos(s), 0);
+  TSR_ASSERT_OK(tsr_session_eval(s, toks, 4, NULL));
+  TSR_ASSERT_ERR(tsr_session_eval(s, toks, 1, NULL), TSR_STATUS_OUT_OF_RANGE, "position 4");
+  tsr_session_reset(s);
+  TSR_ASSERT_OK(tsr_session_eval(s, toks, 1, NULL));
+  tsr_session_destroy(s);
+  o.max_seq = 100000;
+  TSR_ASSERT_ERR(tsr_session_create(m, &o, &s), TSR_STATUS_OUT_OF_RANGE, "max_seq");
+  CU_ASSERT_PTR_NULL(s);
+  tsr_model_destroy(m);
+  TSR_ASSERT_ERR(tsr_model_load(ctx, "no/such/model.gguf", NULL, &m), TSR_STATUS_NOT_FOUND,
+                 "no/such/model.gguf");
+  CU_ASSERT_PTR_NULL(m);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite ops = CU_add_suite("ops", NULL, NULL);
+  CU_add_test(ops, "rmsnorm", test_rmsnorm);
+  CU_add_test(ops, "softmax", test_softmax);
+  CU_add_test(ops, "rope", test_rope);
+  CU_add_test(ops, "swiglu", test_swiglu);
+  CU_pSuite fw = CU_add_suite("forward", setup, teardown);
+  CU_add_test(fw, "stories260K vs double reference", test_forward_stories260k);
+  CU_add_test(fw, "generated f32/f16/q8_0 vs double reference", test_forward_generated);
+  CU_add_test(fw, "prefill equals decode", test_prefill_matches_decode);
+  CU_add_test(fw, "int8 close to fp32", test_int8_close_to_fp32);
+  CU_add_test(fw, "session errors", test_session_errors);
+  return tsr_test_run_all();
+}
