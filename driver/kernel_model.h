@@ -1,0 +1,101 @@
+/*
+ * kernel_model.h - the functional model of the tessera kernel and its
+ * analytic timing model.
+ *
+ * Internal header. tsr_km_execute() runs one launch (a ring of descriptors,
+ * hw/regmap.def) over a byte-addressed device memory exactly as the RTL
+ * does: the same checks in the same order with the same TSR_HWERR_* codes,
+ * the same STATUS / ERR_INDEX / DESC_DONE and the same BYTES_RD, BYTES_WR
+ * and MACS counters. Cycle counts are estimated by the analytic model
+ * below, which the benchmarks and the partitioner use as well.
+ *
+ * Check order (per launch, then per descriptor; the first failure stops
+ * the launch, descriptors before it have completed and written C):
+ *   launch:  RING_RANGE   RING not 64-byte aligned, or
+ *                         [RING, RING + N_DESC*64) not inside the window
+ *                         (checked even for N_DESC == 0; ERR_INDEX 0)
+ *   fetch:   AXI_ERROR    the descriptor lies outside physical memory
+ *   1.       BAD_OPCODE   opcode unknown, FLAGS != 0 or RSVD != 0
+ *            (a NOP with clean reserved fields completes here)
+ *   2.       BAD_DIMS     M, N or K is 0 or above MAX_DIM
+ *   3.       BAD_STRIDE   LDA < K, LDW < K, LDC < 4*N, LDC % 4, C_ADDR % 4
+ *   4.       ADDR_RANGE   A, then W, then C extent outside the window; the
+ *                         extent of X is [X_ADDR, X_ADDR + (rows-1)*LDX +
+ *                         row bytes)
+ *   5.       AXI_ERROR    an operand inside the window lies outside physical
+ *                         memory (the memory answers DECERR)
+ * A failing descriptor writes nothing. ERR_INDEX is the index of the failing
+ * descriptor (0 when the launch succeeded), DESC_DONE the number completed.
+ *
+ * Counters: BYTES_RD counts 64 bytes per descriptor fetched (including a
+ * failing one) plus the operand bytes the array streams per output tile;
+ * BYTES_WR counts 4*M*N per completed GEMM; MACS counts M*N*K per completed
+ * GEMM. Cycle counts come from tsr_km_estimate_*.
+ */
+#ifndef TSR_KERNEL_MODEL_H
+#define TSR_KERNEL_MODEL_H
+
+#include <stdint.h>
+
+#include "hal.h"
+#include "tsr_regmap.h"
+
+/* What the timing model needs to know about a device. */
+typedef struct tsr_km_timing {
+  uint32_t rows;              /* MAC array rows (M direction)               */
+  uint32_t cols;              /* MAC array columns (N direction)            */
+  double mem_bytes_per_cycle; /* device-memory read bandwidth               */
+  uint32_t mem_latency;       /* cycles from read request to first data     */
+  double clock_hz;            /* kernel clock, to project cycles to seconds */
+} tsr_km_timing_t;
+
+/* Defaults: a 16x16 array at 300 MHz on one DDR4-2400 bank (19.2 GB/s =
+ * 64 bytes/cycle at 300 MHz), 100 cycles of read latency. */
+void tsr_km_timing_init(tsr_km_timing_t *t);
+
+/* Modeled cost of work on the device. */
+typedef struct tsr_km_estimate {
+  uint64_t cycles;       /* busy cycles                                   */
+  uint64_t stall_cycles; /* cycles the array waited for memory            */
+  uint64_t bytes_rd;     /* descriptor + operand bytes read               */
+  uint64_t bytes_wr;     /* result bytes written                          */
+  uint64_t macs;         /* useful multiply-accumulates                   */
+} tsr_km_estimate_t;
+
+/* Fixed cycles of one launch (ap_start to the first descriptor fetch and
+ * from the last write to ap_done). */
+uint64_t tsr_km_launch_cycles(const tsr_km_timing_t *t);
+
+/* Adds the cost of one descriptor fetch plus one GEMM of m x n x k (all >= 1)
+ * to *acc. A NOP is tsr_km_estimate_nop(). */
+void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
+                          tsr_km_estimate_t *acc);
+void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc);
+
+/* Convenience for planners: modeled cycles of a single-descriptor launch. */
+uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k);
+
+/* Device memory as the model sees it: `size` bytes at device address
+ * `base`, host copy at `data` (borrowed). */
+typedef struct tsr_km_memory {
+  uint8_t *data;
+  uint64_t base;
+  uint64_t size;
+} tsr_km_memory_t;
+
+/* Checks one descriptor against a window (steps 1-4 above); returns a
+ * TSR_HWERR_* code. Does not look at memory. */
+uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size);
+
+/* Runs one launch over `mem` and fills *out (every field). Never fails:
+ * problems are reported in out->hw_status like the RTL reports them. */
+void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
+                    const tsr_hal_command_t *cmd, tsr_hal_result_t *out);
+
+/* True if [addr, addr + len) lies inside [base, base + size), without
+ * overflow. Shared by the model and the backends. */
+static inline int tsr_km_inside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size) {
+  return addr >= base && addr - base <= size && len <= size - (addr - base);
+}
+
+#endif /* TSR_KERNEL_MODEL_H */

@@ -1,0 +1,509 @@
+/*
+ * sim_backend.c - backend "sim": the Verilated RTL (sim/tsr_sim.h) as a
+ * device.
+ *
+ * The RTL library is loaded with dlopen, so libtessera needs neither
+ * Verilator nor libstdc++; a missing library makes open() fail with
+ * UNAVAILABLE and the paths tried. Where it is looked for:
+ *   1. $TSR_RTL_LIB, if set (and only there);
+ *   2. ../lib/libtessera_rtl.so next to the object holding this code (the
+ *      shared libtessera in build/lib, or the executable in build/bin),
+ *      then next to /proc/self/exe, then the same directory as the object.
+ * The library is never unloaded: Verilator keeps process-wide state.
+ *
+ * The host drives the kernel exactly as XRT would: program MEM_BASE,
+ * MEM_SIZE, RING, N_DESC through AXI4-Lite writes, set ap_start, run the
+ * clock until ap_done, clear the interrupt, then read STATUS, ERR_INDEX,
+ * DESC_DONE and the performance counters. Launches queue in software and
+ * the next starts when the previous completes; time only advances inside
+ * wait(), which honours both its wall-clock timeout and a budget of
+ * simulated cycles per launch. Buffer copies use the backdoor memory
+ * functions (no cycles), like a DMA outside the kernel.
+ *
+ * Options ("sim:key=value,..."):
+ *   latency=CYC     memory read latency (library default if absent)
+ *   bw=BYTES        memory read bytes per cycle
+ *   outstanding=N   read bursts in flight the memory accepts
+ *   mem=SIZE        device memory bytes; base=ADDR its first address
+ *   clock=MHZ       stated kernel clock for projections (default 300)
+ *   max_cycles=N    simulated-cycle budget per launch (default 2^40)
+ *   waves=FILE      write an FST waveform; wave_start=, wave_end= window
+ *                   (cycles), wave_depth= hierarchy depth
+ *   coverage=FILE   coverage data written at close (coverage build)
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernel_model.h"
+
+#include "../../sim/tsr_sim.h"
+#include "devmem.h"
+#include "hal_impl.h"
+#include "status.h"
+
+#define SIM_NAME "sim"
+#define SIM_LIB_FILE "libtessera_rtl.so"
+
+/* Entry points resolved from the RTL library. */
+typedef struct sim_api {
+  void (*config_init)(tsr_sim_config_t *);
+  int (*abi_version)(void);
+  int (*create)(const tsr_sim_config_t *, tsr_sim_t **, char *, size_t);
+  void (*destroy)(tsr_sim_t *);
+  void (*reset)(tsr_sim_t *);
+  int (*reg_write)(tsr_sim_t *, uint32_t, uint32_t);
+  int (*reg_read)(tsr_sim_t *, uint32_t, uint32_t *);
+  int (*mem_write)(tsr_sim_t *, uint64_t, const void *, size_t);
+  int (*mem_read)(tsr_sim_t *, uint64_t, void *, size_t);
+  int (*run)(tsr_sim_t *, uint64_t, int, uint64_t *);
+  uint64_t (*cycles)(const tsr_sim_t *);
+  int (*irq)(const tsr_sim_t *);
+  void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
+} sim_api_t;
+
+/* The edge where the library's negative return codes become statuses. */
+#define SIM_CHECK(expr, ...)                                                  \
+  do {                                                                        \
+    int sim_rc_ = (expr);                                                     \
+    if (sim_rc_ < 0)                                                          \
+      return tsr_status_annotate(TSR_ERR(DEVICE, "RTL library returned %d", sim_rc_), \
+                                 "sim: " __VA_ARGS__);                        \
+  } while (0)
+
+enum cmd_state { CMD_QUEUED, CMD_RUNNING, CMD_DONE, CMD_ABORTED };
+
+typedef struct sim_cmd {
+  tsr_hal_command_t cmd;
+  enum cmd_state state;
+  uint64_t start_cycle; /* simulator cycle at ap_start */
+  tsr_hal_result_t res;
+} sim_cmd_t;
+
+typedef struct sim_device {
+  tsr_hal_device_t base; /* must be first */
+  sim_api_t api;
+  tsr_sim_t *sim;
+  tsr_sim_config_t cfg;
+  char wave_path[512], coverage_path[512], lib_path[PATH_MAX];
+  tsr_devmem_t *dm;
+  uint32_t rows, cols;
+  double clock_hz;
+  uint64_t max_cycles;
+  sim_cmd_t *cmds; /* (n_cmds) fence f is cmds[f - 1] */
+  uint64_t n_cmds, cap_cmds;
+  uint64_t head; /* 0-based index of the oldest command not finished */
+} sim_device_t;
+
+static sim_device_t *as_sim(tsr_hal_device_t *d) { return (sim_device_t *)d; }
+
+/* Appends "dir/../lib/FILE" and "dir/FILE" candidates for `file_path`. */
+static void add_candidates_near(const char *file_path, char cands[][PATH_MAX], int *n,
+                                int max) {
+  char dir[PATH_MAX - 64];
+  if (strlen(file_path) >= sizeof dir) return;
+  snprintf(dir, sizeof dir, "%s", file_path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) return;
+  *slash = '\0';
+  if (*n < max) snprintf(cands[(*n)++], PATH_MAX, "%s/../lib/%s", dir, SIM_LIB_FILE);
+  if (*n < max) snprintf(cands[(*n)++], PATH_MAX, "%s/%s", dir, SIM_LIB_FILE);
+}
+
+/* Loads the RTL library; on failure the message lists every path tried. */
+static tsr_status_t load_library(sim_device_t *dev, void **out_handle) {
+  *out_handle = NULL;
+  enum { MAX_CANDS = 6 };
+  char cands[MAX_CANDS][PATH_MAX];
+  int n = 0;
+  const char *env = getenv("TSR_RTL_LIB");
+  if (env && *env) {
+    snprintf(cands[n++], PATH_MAX, "%s", env);
+  } else {
+    Dl_info info;
+    if (dladdr((void *)&load_library, &info) && info.dli_fname && info.dli_fname[0] == '/')
+      add_candidates_near(info.dli_fname, cands, &n, MAX_CANDS);
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+      exe[len] = '\0';
+      add_candidates_near(exe, cands, &n, MAX_CANDS);
+    }
+  }
+  char tried[2048] = "";
+  for (int i = 0; i < n; i++) {
+    void *h = dlopen(cands[i], RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      snprintf(dev->lib_path, sizeof dev->lib_path, "%s", cands[i]);
+      *out_handle = h;
+      return TSR_OK;
+    }
+    const char *why = dlerror();
+    size_t used = strlen(tried);
+    snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? "; " : "", cands[i],
+             why ? why : "not loadable");
+  }
+  return TSR_ERR(UNAVAILABLE, "sim: RTL library %s not found: tried %s%s", SIM_LIB_FILE,
+                 n ? tried : "nothing",
+                 env && *env ? " [from TSR_RTL_LIB]" : " (build it with `make rtl`, or set "
+                                                        "TSR_RTL_LIB)");
+}
+
+static tsr_status_t resolve(void *h, const char *lib, const char *sym, void **out) {
+  dlerror();
+  *out = dlsym(h, sym);
+  if (!*out)
+    return TSR_ERR(UNAVAILABLE, "sim: %s lacks symbol %s (stale build?)", lib, sym);
+  return TSR_OK;
+}
+
+static tsr_status_t load_api(sim_device_t *dev) {
+  void *h = NULL;
+  TSR_RETURN_IF(load_library(dev, &h));
+  sim_api_t *a = &dev->api;
+  struct { const char *sym; void **slot; } syms[] = {
+      {"tsr_sim_config_init", (void **)&a->config_init},
+      {"tsr_sim_abi_version", (void **)&a->abi_version},
+      {"tsr_sim_create", (void **)&a->create},
+      {"tsr_sim_destroy", (void **)&a->destroy},
+      {"tsr_sim_reset", (void **)&a->reset},
+      {"tsr_sim_reg_write", (void **)&a->reg_write},
+      {"tsr_sim_reg_read", (void **)&a->reg_read},
+      {"tsr_sim_mem_write", (void **)&a->mem_write},
+      {"tsr_sim_mem_read", (void **)&a->mem_read},
+      {"tsr_sim_run", (void **)&a->run},
+      {"tsr_sim_cycles", (void **)&a->cycles},
+      {"tsr_sim_irq", (void **)&a->irq},
+      {"tsr_sim_geometry", (void **)&a->geometry},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
+    TSR_RETURN_IF(resolve(h, dev->lib_path, syms[i].sym, syms[i].slot));
+  int v = a->abi_version();
+  if (v != TSR_SIM_ABI_VERSION)
+    return TSR_ERR(UNAVAILABLE, "sim: %s has ABI version %d, this driver speaks %d",
+                   dev->lib_path, v, TSR_SIM_ABI_VERSION);
+  return TSR_OK;
+}
+
+static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
+  const char *cur = options;
+  char key[32], val[512];
+  tsr_status_t err = TSR_OK;
+  tsr_sim_config_t *c = &dev->cfg;
+  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
+    uint64_t u = 0;
+    double f = 0;
+    if (!strcmp(key, "latency")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 100000, &u));
+      c->mem_latency = (uint32_t)u;
+    } else if (!strcmp(key, "bw")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, 4096, &u));
+      c->mem_bytes_per_cycle = (uint32_t)u;
+    } else if (!strcmp(key, "outstanding")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, 1024, &u));
+      c->mem_max_outstanding = (uint32_t)u;
+    } else if (!strcmp(key, "mem")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 4096, 1ull << 36, &u));
+      c->mem_size = u;
+    } else if (!strcmp(key, "base")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 1ull << 62, &u));
+      if (u % 4096)
+        return TSR_ERR(INVALID_ARGUMENT, "sim: option base=0x%" PRIx64
+                       " must be 4096-byte aligned", u);
+      c->mem_base = u;
+    } else if (!strcmp(key, "clock")) {
+      TSR_RETURN_IF(tsr_hal_opt_f64(SIM_NAME, key, val, 1, 5000, &f));
+      dev->clock_hz = f * 1e6;
+    } else if (!strcmp(key, "max_cycles")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->max_cycles));
+    } else if (!strcmp(key, "waves")) {
+      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "sim: option waves needs a file name");
+      snprintf(dev->wave_path, sizeof dev->wave_path, "%s", val);
+      c->wave_path = dev->wave_path;
+    } else if (!strcmp(key, "wave_start")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, UINT64_MAX, &c->wave_start));
+    } else if (!strcmp(key, "wave_end")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, UINT64_MAX, &c->wave_end));
+    } else if (!strcmp(key, "wave_depth")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 1000, &u));
+      c->wave_depth = (int)u;
+    } else if (!strcmp(key, "coverage")) {
+      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "sim: option coverage needs a file name");
+      snprintf(dev->coverage_path, sizeof dev->coverage_path, "%s", val);
+      c->coverage_path = dev->coverage_path;
+    } else {
+      return TSR_ERR(INVALID_ARGUMENT,
+                     "sim: unknown option '%s' (known: latency, bw, outstanding, mem, base, "
+                     "clock, max_cycles, waves, wave_start, wave_end, wave_depth, coverage)",
+                     key);
+    }
+  }
+  return err;
+}
+
+static void sim_close(tsr_hal_device_t *d) {
+  sim_device_t *dev = as_sim(d);
+  if (!dev) return;
+  if (dev->sim) dev->api.destroy(dev->sim);
+  tsr_devmem_destroy(dev->dm);
+  free(dev->cmds);
+  free(dev);
+}
+
+/* Enables the ap_done interrupt so the harness can stop on it. */
+static tsr_status_t enable_irq(sim_device_t *dev) {
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_GIE, 1), "writing GIE");
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_IER, 1), "writing IER");
+  return TSR_OK;
+}
+
+static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
+  *out = NULL;
+  if (params && params->index != 0)
+    return TSR_ERR(NOT_FOUND, "sim: one simulated device per open (index 0), not %d",
+                   params->index);
+  sim_device_t *dev = calloc(1, sizeof *dev);
+  if (!dev) return TSR_ERR(RESOURCE_EXHAUSTED, "sim: out of host memory");
+  dev->base.vt = &tsr_hal_sim_vtable;
+  dev->clock_hz = 300e6;
+  dev->max_cycles = 1ull << 40;
+  tsr_status_t s = load_api(dev);
+  if (!s) {
+    dev->api.config_init(&dev->cfg);
+    s = parse_options(dev, params ? params->options : NULL);
+  }
+  if (!s) {
+    char err[512] = "";
+    int rc = dev->api.create(&dev->cfg, &dev->sim, err, sizeof err);
+    if (rc < 0 || !dev->sim) {
+      dev->sim = NULL;
+      s = TSR_ERR(UNAVAILABLE, "sim: creating the RTL model failed (%d): %s", rc,
+                  err[0] ? err : "no reason given");
+    }
+  }
+  if (!s) {
+    dev->api.geometry(dev->sim, &dev->rows, &dev->cols);
+    s = tsr_devmem_create(dev->cfg.mem_base, dev->cfg.mem_size, &dev->dm);
+  }
+  if (!s) s = enable_irq(dev);
+  if (s) {
+    sim_close(&dev->base);
+    return s;
+  }
+  *out = &dev->base;
+  return TSR_OK;
+}
+
+static void sim_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
+  sim_device_t *dev = as_sim(d);
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "sim (Verilator RTL, %ux%u)", dev->rows, dev->cols);
+  out->array_rows = dev->rows;
+  out->array_cols = dev->cols;
+  out->max_dim = TSR_HW_MAX_DIM;
+  out->mem_size = dev->cfg.mem_size;
+  out->clock_hz = dev->clock_hz;
+  out->mem_bytes_per_cycle = dev->cfg.mem_bytes_per_cycle;
+  /* The simulated device stands for a PCIe board (see the cpu backend). */
+  out->link_bytes_per_s = 12e9;
+  out->link_latency_s = 25e-6;
+  out->launch_latency_s = 70e-6;
+  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+}
+
+static tsr_status_t sim_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
+                              tsr_hal_buffer_t *out) {
+  sim_device_t *dev = as_sim(d);
+  memset(out, 0, sizeof *out);
+  uint64_t addr = 0;
+  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "sim");
+  out->addr = addr;
+  out->size = size;
+  return TSR_OK;
+}
+
+static void sim_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
+  sim_device_t *dev = as_sim(d);
+  if (!buf || buf->size == 0) return;
+  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
+  buf->addr = 0;
+  buf->size = 0;
+}
+
+static tsr_status_t check_copy(sim_device_t *dev, const tsr_hal_buffer_t *buf,
+                               uint64_t offset, size_t n, const char *what) {
+  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "sim: %s: NULL buffer", what);
+  if (offset > buf->size || n > buf->size - offset)
+    return TSR_ERR(OUT_OF_RANGE,
+                   "sim: %s of %zu bytes at offset %" PRIu64 " overruns the %" PRIu64
+                   "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
+  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
+    return TSR_ERR(INVALID_ARGUMENT, "sim: %s: buffer 0x%" PRIx64 " (%" PRIu64
+                   " bytes) is not a live allocation", what, buf->addr, buf->size);
+  return TSR_OK;
+}
+
+static tsr_status_t sim_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
+                              uint64_t offset, const void *src, size_t n) {
+  sim_device_t *dev = as_sim(d);
+  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  if (n)
+    SIM_CHECK(dev->api.mem_write(dev->sim, buf->addr + offset, src, n),
+              "backdoor write of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
+  return TSR_OK;
+}
+
+static tsr_status_t sim_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
+                             uint64_t offset, void *dst, size_t n) {
+  sim_device_t *dev = as_sim(d);
+  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  if (n)
+    SIM_CHECK(dev->api.mem_read(dev->sim, buf->addr + offset, dst, n),
+              "backdoor read of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
+  return TSR_OK;
+}
+
+static tsr_status_t write64(sim_device_t *dev, uint32_t off, uint64_t v) {
+  SIM_CHECK(dev->api.reg_write(dev->sim, off, (uint32_t)v), "writing register 0x%02x", off);
+  SIM_CHECK(dev->api.reg_write(dev->sim, off + 4, (uint32_t)(v >> 32)),
+            "writing register 0x%02x", off + 4);
+  return TSR_OK;
+}
+
+static tsr_status_t read32(sim_device_t *dev, uint32_t off, uint32_t *v) {
+  SIM_CHECK(dev->api.reg_read(dev->sim, off, v), "reading register 0x%02x", off);
+  return TSR_OK;
+}
+
+static tsr_status_t read64(sim_device_t *dev, uint32_t off, uint64_t *v) {
+  uint32_t lo = 0, hi = 0;
+  TSR_RETURN_IF(read32(dev, off, &lo));
+  TSR_RETURN_IF(read32(dev, off + 4, &hi));
+  *v = (uint64_t)hi << 32 | lo;
+  return TSR_OK;
+}
+
+/* Programs the arguments of cmds[head] and raises ap_start. */
+static tsr_status_t start_head(sim_device_t *dev) {
+  sim_cmd_t *c = &dev->cmds[dev->head];
+  TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_BASE, c->cmd.window_base));
+  TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_SIZE, c->cmd.window_size));
+  TSR_RETURN_IF(write64(dev, TSR_ARG_RING, c->cmd.ring));
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_ARG_N_DESC, c->cmd.n_desc), "writing N_DESC");
+  c->start_cycle = dev->api.cycles(dev->sim);
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_START), "writing ap_start");
+  c->state = CMD_RUNNING;
+  return TSR_OK;
+}
+
+/* After ap_done: acknowledges it and collects the status registers. */
+static tsr_status_t finish_head(sim_device_t *dev) {
+  sim_cmd_t *c = &dev->cmds[dev->head];
+  uint32_t ctrl = 0, isr = 0;
+  TSR_RETURN_IF(read32(dev, TSR_REG_CTRL, &ctrl)); /* clears ap_done (COR) */
+  TSR_RETURN_IF(read32(dev, TSR_REG_ISR, &isr));
+  if (isr) SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_ISR, isr), "clearing ISR");
+  tsr_hal_result_t *r = &c->res;
+  TSR_RETURN_IF(read32(dev, TSR_STAT_STATUS, &r->hw_status));
+  TSR_RETURN_IF(read32(dev, TSR_STAT_ERR_INDEX, &r->err_index));
+  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r->desc_done));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r->cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r->stall_cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r->bytes_rd));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r->bytes_wr));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r->macs));
+  c->state = CMD_DONE;
+  dev->head++;
+  return TSR_OK;
+}
+
+static tsr_status_t sim_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                               uint64_t *out_fence) {
+  sim_device_t *dev = as_sim(d);
+  *out_fence = 0;
+  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "sim: submit: NULL command");
+  if (dev->n_cmds == dev->cap_cmds) {
+    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
+    sim_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
+    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "sim: submit: out of host memory");
+    dev->cmds = p;
+    dev->cap_cmds = cap;
+  }
+  sim_cmd_t *c = &dev->cmds[dev->n_cmds++];
+  memset(c, 0, sizeof *c);
+  c->cmd = *cmd;
+  c->state = CMD_QUEUED;
+  *out_fence = dev->n_cmds;
+  /* Start right away if the kernel is idle, so the launch overlaps with the
+   * host's work in real time terms (here: cycles run in wait()). */
+  if (dev->head == dev->n_cmds - 1) TSR_RETURN_IF(start_head(dev));
+  return TSR_OK;
+}
+
+static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
+                             tsr_hal_result_t *out) {
+  sim_device_t *dev = as_sim(d);
+  if (out) memset(out, 0, sizeof *out);
+  if (fence == 0 || fence > dev->n_cmds)
+    return TSR_ERR(INVALID_ARGUMENT, "sim: wait: fence %" PRIu64 " was never issued "
+                   "(last is %" PRIu64 ")", fence, dev->n_cmds);
+  uint64_t t0 = tsr_hal_now_ns();
+  uint64_t deadline = timeout_ns > UINT64_MAX - t0 ? UINT64_MAX : t0 + timeout_ns;
+  uint64_t chunk = 1024;
+  for (;;) {
+    sim_cmd_t *c = &dev->cmds[fence - 1];
+    if (c->state == CMD_DONE) {
+      if (out) *out = c->res;
+      return TSR_OK;
+    }
+    if (c->state == CMD_ABORTED)
+      return TSR_ERR(DEVICE, "sim: command %" PRIu64 " was aborted by a reset", fence);
+    sim_cmd_t *h = &dev->cmds[dev->head];
+    if (h->state == CMD_QUEUED) TSR_RETURN_IF(start_head(dev));
+    uint64_t used = dev->api.cycles(dev->sim) - h->start_cycle;
+    if (used >= dev->max_cycles)
+      return TSR_ERR(DEADLINE_EXCEEDED,
+                     "sim: command %" PRIu64 " not done after %" PRIu64
+                     " simulated cycles (max_cycles budget)", dev->head + 1, used);
+    if (tsr_hal_now_ns() >= deadline)
+      return TSR_ERR(DEADLINE_EXCEEDED,
+                     "sim: command %" PRIu64 " not done after %" PRIu64
+                     " ns of wall time (%" PRIu64 " cycles simulated so far)", fence,
+                     timeout_ns, used);
+    uint64_t budget = chunk < dev->max_cycles - used ? chunk : dev->max_cycles - used;
+    uint64_t ran = 0;
+    int rc = dev->api.run(dev->sim, budget, 1, &ran);
+    SIM_CHECK(rc, "running command %" PRIu64 " (cycle %" PRIu64 ")", dev->head + 1,
+              dev->api.cycles(dev->sim));
+    if (rc == 1) TSR_RETURN_IF(finish_head(dev));
+    /* Grow the chunk so long launches spend little time in this loop, but
+     * keep it small enough to notice the wall-clock deadline promptly. */
+    if (chunk < (1u << 20)) chunk *= 2;
+  }
+}
+
+static tsr_status_t sim_reset(tsr_hal_device_t *d) {
+  sim_device_t *dev = as_sim(d);
+  dev->api.reset(dev->sim);
+  for (uint64_t i = dev->head; i < dev->n_cmds; i++) dev->cmds[i].state = CMD_ABORTED;
+  dev->head = dev->n_cmds;
+  return enable_irq(dev);
+}
+
+const tsr_hal_vtable_t tsr_hal_sim_vtable = {
+    .name = SIM_NAME,
+    .open = sim_open,
+    .close = sim_close,
+    .query_caps = sim_query_caps,
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .write = sim_write,
+    .read = sim_read,
+    .submit = sim_submit,
+    .wait = sim_wait,
+    .reset = sim_reset,
+};
