@@ -1,10 +1,50 @@
-/* cmd_devices.c - placeholder until the subcommand lands. */
+/*
+ * cmd_devices.c - `tessera devices`: every backend compiled in, whether it
+ * opens here, why not, and what it offers.
+ */
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
+#include "hal.h"
+
+static const char *CMD = "devices";
 
 int tsr_cmd_devices(int argc, char **argv) {
-  (void)argc;
-  fprintf(stderr, "tessera %s: not built yet\n", argv[0]);
-  return 1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: tessera devices\n\n"
+             "Lists the device backends (in preference order), tries to open each and\n"
+             "prints its capabilities or the reason it is unavailable.\n");
+      return 0;
+    }
+    fprintf(stderr, "tessera %s: unknown option '%s'\n", CMD, argv[i]);
+    return 2;
+  }
+  size_t n = 0;
+  const tsr_hal_vtable_t *const *vts = tsr_hal_backends(&n);
+  for (size_t i = 0; i < n; i++) {
+    tsr_hal_device_t *dev = NULL;
+    tsr_status_t s = tsr_hal_open(vts[i]->name, &dev);
+    if (s) {
+      printf("%-5s unavailable: %s: %s\n", vts[i]->name,
+             tsr_status_code_name(tsr_status_code(s)), tsr_status_message(s));
+      tsr_status_free(s);
+      continue;
+    }
+    tsr_hal_caps_t c;
+    dev->vt->query_caps(dev, &c);
+    printf("%-5s available: %s\n", vts[i]->name, c.name);
+    printf("      array %ux%u int8 MACs, max dim %u, clock %.0f MHz (stated), "
+           "peak %.1f GMAC/s\n",
+           c.array_rows, c.array_cols, c.max_dim, c.clock_hz / 1e6,
+           c.clock_hz * c.array_rows * c.array_cols / 1e9);
+    printf("      memory %" PRIu64 " MiB, %.0f B/cycle (%.1f GB/s); link %.1f GB/s, "
+           "%.0f us per transfer, %.0f us per launch\n",
+           c.mem_size >> 20, c.mem_bytes_per_cycle, c.mem_bytes_per_cycle * c.clock_hz / 1e9,
+           c.link_bytes_per_s / 1e9, c.link_latency_s * 1e6, c.launch_latency_s * 1e6);
+    tsr_hal_close(dev);
+  }
+  return 0;
 }
