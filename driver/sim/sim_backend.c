@@ -34,6 +34,7 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +111,14 @@ static void add_candidates_near(const char *file_path, char cands[][PATH_MAX], i
   char *slash = strrchr(dir, '/');
   if (!slash) return;
   *slash = '\0';
-  if (*n < max) snprintf(cands[(*n)++], PATH_MAX, "%s/../lib/%s", dir, SIM_LIB_FILE);
-  if (*n < max) snprintf(cands[(*n)++], PATH_MAX, "%s/%s", dir, SIM_LIB_FILE);
+  char paths[2][PATH_MAX];
+  snprintf(paths[0], PATH_MAX, "%s/../lib/%s", dir, SIM_LIB_FILE);
+  snprintf(paths[1], PATH_MAX, "%s/%s", dir, SIM_LIB_FILE);
+  for (int p = 0; p < 2; p++) {
+    bool seen = false;
+    for (int i = 0; i < *n; i++) seen = seen || !strcmp(cands[i], paths[p]);
+    if (!seen && *n < max) memcpy(cands[(*n)++], paths[p], PATH_MAX);
+  }
 }
 
 /* Loads the RTL library; on failure the message lists every path tried. */
