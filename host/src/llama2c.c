@@ -88,11 +88,12 @@ tsr_status_t tsr_llama2c_parse(const uint8_t *data, size_t size, const char *wha
   c->rms_eps = 1e-5f;
   c->rope_theta = 10000.0f;
   c->format = TSR_MODEL_FORMAT_LLAMA2C;
-  tsr_status_t s = tsr_model_config_check(c, what);
+  char where[300];
+  snprintf(where, sizeof where, "%s: header at offset 0x0", what);
+  tsr_status_t s = tsr_model_config_check(c, where);
   if (s) {
-    tsr_status_t annotated = tsr_status_annotate(s, "header at offset 0x0");
     tsr_model_file_clear(out);
-    return annotated;
+    return s;
   }
   const int64_t dim = c->dim, hid = c->hidden_dim, L = c->n_layers, V = c->vocab_size;
   const int64_t kv_dim = dim * c->n_kv_heads / c->n_heads, hs = c->head_dim;
