@@ -103,7 +103,8 @@ uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t w
 }
 
 void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
-                    const tsr_hal_command_t *cmd, tsr_hal_result_t *out) {
+                    const tsr_hal_command_t *cmd, tsr_threadpool_t *pool,
+                    tsr_hal_result_t *out) {
   memset(out, 0, sizeof *out);
   tsr_km_estimate_t e = {0};
   uint64_t wb = cmd->window_base, ws = cmd->window_size;
@@ -149,7 +150,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
     const int8_t *a = (const int8_t *)(mem->data + (d.a_addr - mem->base));
     const int8_t *w = (const int8_t *)(mem->data + (d.w_addr - mem->base));
     int32_t *c = (int32_t *)(void *)(mem->data + (d.c_addr - mem->base));
-    tsr_qgemm_strided(NULL, isa, c, d.ldc / 4, a, d.lda, w, d.ldw, (int32_t)d.m,
+    tsr_qgemm_strided(pool, isa, c, d.ldc / 4, a, d.lda, w, d.ldw, (int32_t)d.m,
                       (int32_t)d.n, (int32_t)d.k);
     tsr_km_estimate_gemm(t, d.m, d.n, d.k, &e);
   }

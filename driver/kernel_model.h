@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "hal.h"
+#include "threadpool.h"
 #include "tsr_regmap.h"
 
 /* What the timing model needs to know about a device. */
@@ -88,9 +89,11 @@ typedef struct tsr_km_memory {
 uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size);
 
 /* Runs one launch over `mem` and fills *out (every field). Never fails:
- * problems are reported in out->hw_status like the RTL reports them. */
+ * problems are reported in out->hw_status like the RTL reports them. The
+ * GEMMs run on `pool` (borrowed, may be NULL for the calling thread only). */
 void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
-                    const tsr_hal_command_t *cmd, tsr_hal_result_t *out);
+                    const tsr_hal_command_t *cmd, tsr_threadpool_t *pool,
+                    tsr_hal_result_t *out);
 
 /* True if [addr, addr + len) lies inside [base, base + size), without
  * overflow. Shared by the model and the backends. */

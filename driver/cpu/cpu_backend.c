@@ -15,6 +15,8 @@
  *   clock=MHZ      modeled kernel clock (default 300)
  *   bw=BYTES       modeled memory bytes per cycle (default 64)
  *   latency=CYC    modeled memory latency in cycles (default 100)
+ *   threads=N      host threads executing GEMMs (default 1: the worker
+ *                  alone; 0 = one per online CPU)
  *   fail=N         command N (the N-th submit, counting from 1) completes
  *                  with hw_status AXI_ERROR, having done nothing
  *   hang=N         command N never completes: wait() times out, later
@@ -49,6 +51,8 @@ typedef struct cpu_device {
   tsr_km_timing_t timing;
   tsr_km_memory_t mem; /* data owned (aligned_alloc) */
   tsr_devmem_t *dm;
+  int threads;            /* option threads=                            */
+  tsr_threadpool_t *pool; /* owned; NULL when threads == 1              */
   uint64_t fail_at, hang_at; /* 1-based command numbers, 0 = never */
   bool lost;
 
@@ -98,7 +102,7 @@ static void *worker_main(void *arg) {
       res.cycles = tsr_km_launch_cycles(&dev->timing);
     } else {
       pthread_mutex_unlock(&dev->mu);
-      tsr_km_execute(&dev->timing, &dev->mem, &cmd, &res);
+      tsr_km_execute(&dev->timing, &dev->mem, &cmd, dev->pool, &res);
       pthread_mutex_lock(&dev->mu);
     }
     dev->running = false;
@@ -125,6 +129,7 @@ static void cpu_close(tsr_hal_device_t *d) {
     pthread_cond_destroy(&dev->cv_done);
     pthread_mutex_destroy(&dev->mu);
   }
+  tsr_threadpool_destroy(dev->pool);
   tsr_devmem_destroy(dev->dm);
   free(dev->mem.data);
   free(dev->cmds);
@@ -162,6 +167,9 @@ static tsr_status_t parse_options(cpu_device_t *dev, const char *options) {
     } else if (!strcmp(key, "latency")) {
       TSR_RETURN_IF(tsr_hal_opt_u64(CPU_NAME, key, val, 0, 100000, &u));
       dev->timing.mem_latency = (uint32_t)u;
+    } else if (!strcmp(key, "threads")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(CPU_NAME, key, val, 0, 1024, &u));
+      dev->threads = (int)u;
     } else if (!strcmp(key, "fail")) {
       TSR_RETURN_IF(tsr_hal_opt_u64(CPU_NAME, key, val, 1, UINT64_MAX, &dev->fail_at));
     } else if (!strcmp(key, "hang")) {
@@ -172,7 +180,7 @@ static tsr_status_t parse_options(cpu_device_t *dev, const char *options) {
     } else {
       return TSR_ERR(INVALID_ARGUMENT,
                      "cpu: unknown option '%s' (known: mem, base, rows, cols, clock, bw, "
-                     "latency, fail, hang, lost)", key);
+                     "latency, threads, fail, hang, lost)", key);
     }
   }
   return err;
@@ -189,7 +197,9 @@ static tsr_status_t cpu_open(const tsr_hal_open_params_t *params, tsr_hal_device
   tsr_km_timing_init(&dev->timing);
   dev->mem.base = 0x80000000ull;
   dev->mem.size = 256ull << 20;
+  dev->threads = 1;
   tsr_status_t s = parse_options(dev, params ? params->options : NULL);
+  if (!s && dev->threads != 1) s = tsr_threadpool_create(dev->threads, &dev->pool);
   if (s) {
     cpu_close(&dev->base);
     return s;
