@@ -1,6 +1,7 @@
 /* kernel_model.c - functional and timing model of the tessera kernel. */
 #include "kernel_model.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "qgemm.h"
@@ -8,10 +9,14 @@
 void tsr_km_timing_init(tsr_km_timing_t *t) {
   t->rows = 16;
   t->cols = 16;
+  t->bus_bytes = 64;
+  t->k_chunk = 4096;
   t->mem_bytes_per_cycle = 64.0;
   t->mem_latency = 100;
   t->clock_hz = 300e6;
 }
+
+static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 static uint64_t bytes_to_cycles(const tsr_km_timing_t *t, uint64_t bytes) {
   double bw = t->mem_bytes_per_cycle > 0 ? t->mem_bytes_per_cycle : 1.0;
@@ -20,60 +25,113 @@ static uint64_t bytes_to_cycles(const tsr_km_timing_t *t, uint64_t bytes) {
   return ci + ((double)ci < c ? 1 : 0);
 }
 
-/* The model of the array (output-stationary, rows x cols accumulators):
- *   - a launch costs a few control cycles at each end;
- *   - each descriptor is fetched (latency + 64 bytes) and decoded before its
- *     tiles start; fetches are not overlapped with compute;
- *   - a GEMM is cut into ceil(M/rows) x ceil(N/cols) output tiles; a tile
- *     streams mt rows of A and nt rows of W through the array, one k per
- *     cycle, so it takes max(K, (mt+nt)*K / bandwidth) cycles; the excess
- *     over K is counted as stall;
- *   - the first tile of a descriptor pays the memory latency and the array's
- *     fill/drain (rows + cols); later tiles overlap both (prefetch of the
- *     next tile's operands, double-buffered accumulators);
- *   - results drain through the write channel in parallel with the next
- *     tile; only the last tile's write-back is exposed. */
+/* Geometry with zero fields replaced by the defaults. */
+static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, uint64_t *bus,
+                     uint64_t *kc) {
+  *rows = t->rows ? t->rows : 16;
+  *cols = t->cols ? t->cols : 16;
+  *bus = t->bus_bytes ? t->bus_bytes : 64;
+  *kc = t->k_chunk ? t->k_chunk : 4096;
+}
+
+/* Timing follows the RTL's pipeline (hw/rtl/tsr_core.sv):
+ *   - a launch costs a few control cycles; each descriptor is fetched
+ *     (memory latency + one beat) and checked in three cycles before its
+ *     tiles start, and ends at a barrier when its last results are written;
+ *   - the loader queues one step per (m block, n block, k chunk), issuing
+ *     one read segment per operand row it must load; two buffer slots per
+ *     operand let step i+1 load while step i computes, so a step takes the
+ *     longest of: its compute (GEMM: one k per cycle; GEMV: rows k's per
+ *     cycle), its loads at the memory bandwidth, the loader's own cycles
+ *     (a few plus one per segment) and, for a tile's last step, draining
+ *     the previous tile's output bank (one row per cycle);
+ *   - the first step waits for the memory latency, the last tile for the
+ *     array pipeline and its write-back.
+ * Excess over the compute time is counted as stall, as CYC_STALL does. */
 uint64_t tsr_km_launch_cycles(const tsr_km_timing_t *t) {
   (void)t;
-  return 8;
+  return 4;
 }
 
 static void add_fetch(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
-  acc->cycles += t->mem_latency + bytes_to_cycles(t, TSR_HW_DESC_BYTES) + 2;
+  acc->cycles += t->mem_latency + 8;
   acc->bytes_rd += TSR_HW_DESC_BYTES;
 }
 
 void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
   add_fetch(t, acc);
+  acc->cycles += 2;
+}
+
+/* One class of steps that share lengths and loads. */
+static void add_steps(const tsr_km_timing_t *t, uint64_t count, bool load_a, bool load_w,
+                      uint64_t mlen, uint64_t nlen, uint64_t kc, bool gemv, bool last,
+                      tsr_km_estimate_t *acc) {
+  if (!count) return;
+  uint64_t rows, cols, bus, kchunk;
+  geometry(t, &rows, &cols, &bus, &kchunk);
+  uint64_t segs = (load_a ? mlen : 0) + (load_w ? nlen : 0);
+  uint64_t beats = segs * div_up(kc, bus);
+  uint64_t mem = bytes_to_cycles(t, beats * bus);
+  uint64_t loader = 3 + segs;
+  uint64_t comp = gemv ? div_up(kc, rows) : kc;
+  uint64_t drain = last ? (gemv ? 1 : mlen) + 2 : 0;
+  uint64_t step = comp;
+  if (mem > step) step = mem;
+  if (loader > step) step = loader;
+  if (drain > step) step = drain;
+  acc->cycles += count * step;
+  acc->stall_cycles += count * (step - comp);
 }
 
 void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
                           tsr_km_estimate_t *acc) {
   add_fetch(t, acc);
-  uint32_t rows = t->rows ? t->rows : 1, cols = t->cols ? t->cols : 1;
-  uint64_t tm_full = m / rows, tn_full = n / cols;
-  uint32_t m_rem = m % rows, n_rem = n % cols;
-  /* Four tile classes: full x full, full x rem, rem x full, rem x rem. */
-  struct { uint64_t count; uint32_t mt, nt; } cls[4] = {
-      {tm_full * tn_full, rows, cols},
-      {tm_full * (n_rem ? 1 : 0), rows, n_rem},
-      {(m_rem ? 1 : 0) * tn_full, m_rem, cols},
-      {(m_rem && n_rem) ? 1 : 0, m_rem, n_rem},
-  };
-  uint64_t last_tile_out = 0;
-  for (int i = 0; i < 4; i++) {
-    if (!cls[i].count) continue;
-    uint64_t in_bytes = (uint64_t)(cls[i].mt + cls[i].nt) * k;
-    uint64_t mem = bytes_to_cycles(t, in_bytes);
-    uint64_t tile = mem > k ? mem : k;
-    acc->cycles += cls[i].count * tile;
-    acc->stall_cycles += cls[i].count * (tile - k);
-    acc->bytes_rd += cls[i].count * in_bytes;
-    last_tile_out = (uint64_t)cls[i].mt * cls[i].nt * 4;
-  }
-  acc->cycles += t->mem_latency + rows + cols + bytes_to_cycles(t, last_tile_out);
+  uint64_t rows, cols, bus, kchunk;
+  geometry(t, &rows, &cols, &bus, &kchunk);
+  bool gemv = (uint64_t)m * cols < bus;
+  uint64_t mrows = gemv ? 1 : rows;
+  uint64_t nmb = div_up(m, mrows), nnb = div_up(n, cols);
+  bool reuse_a = k <= kchunk;             /* A loaded only at n block 0 */
+  bool reuse_w = k <= kchunk && n <= cols; /* W loaded only at m block 0 */
+
+  /* Counters. */
+  acc->bytes_rd += (reuse_a ? 1 : nnb) * (uint64_t)m * k + (reuse_w ? 1 : nmb) * (uint64_t)n * k;
   acc->bytes_wr += (uint64_t)m * n * 4;
   acc->macs += (uint64_t)m * n * k;
+
+  /* Timing, by classes of blocks: full and remainder in m, n and k. */
+  struct cls { uint64_t count, len, first; };
+  struct cls mc[2] = {{m / mrows, mrows, 0}, {m % mrows ? 1 : 0, m % mrows, 0}};
+  struct cls nc[2] = {{n / cols, cols, 0}, {n % cols ? 1 : 0, n % cols, 0}};
+  struct cls kcl[2] = {{k / kchunk, kchunk, 0}, {k % kchunk ? 1 : 0, k % kchunk, 0}};
+  mc[mc[0].count ? 0 : 1].first = 1; /* which class holds block 0 */
+  nc[nc[0].count ? 0 : 1].first = 1;
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++)
+      for (int q = 0; q < 2; q++) {
+        uint64_t cm = mc[i].count, cn = nc[j].count, ck = kcl[q].count;
+        uint64_t all = cm * cn * ck;
+        if (!all) continue;
+        /* The last chunk of a tile is the remainder chunk if there is one. */
+        bool last = (q == 1) || kcl[1].count == 0;
+        uint64_t both, a_only = 0, w_only = 0;
+        if (!reuse_a) {
+          both = all;
+        } else if (!reuse_w) {
+          both = cm * nc[j].first * ck;
+          w_only = all - both;
+        } else {
+          both = mc[i].first * cn * ck;
+          a_only = all - both;
+        }
+        add_steps(t, both, true, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
+        add_steps(t, a_only, true, false, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
+        add_steps(t, w_only, false, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
+      }
+  /* First load latency, array pipeline, last write-back and barrier. */
+  uint64_t last_rows = gemv ? 1 : (m % mrows ? m % mrows : mrows);
+  acc->cycles += t->mem_latency + 3 + last_rows + t->mem_latency / 2 + 4;
 }
 
 uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k) {
@@ -111,6 +169,10 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
   uint64_t ring_len = (uint64_t)cmd->n_desc * TSR_HW_DESC_BYTES;
   uint64_t launch = tsr_km_launch_cycles(t);
 
+  if (cmd->n_desc == 0) { /* the RTL finishes at once, checking nothing */
+    out->cycles = launch;
+    return;
+  }
   if (cmd->ring % TSR_HW_DESC_BYTES || !tsr_km_inside(cmd->ring, ring_len, wb, ws)) {
     out->hw_status = TSR_HWERR_RING_RANGE;
     out->cycles = launch;

@@ -11,26 +11,34 @@
  *
  * Check order (per launch, then per descriptor; the first failure stops
  * the launch, descriptors before it have completed and written C):
- *   launch:  RING_RANGE   RING not 64-byte aligned, or
+ *   launch:  N_DESC == 0 finishes at once with STATUS 0 (nothing checked)
+ *            RING_RANGE   RING not 64-byte aligned, or
  *                         [RING, RING + N_DESC*64) not inside the window
- *                         (checked even for N_DESC == 0; ERR_INDEX 0)
+ *                         (ERR_INDEX 0, nothing read)
  *   fetch:   AXI_ERROR    the descriptor lies outside physical memory
  *   1.       BAD_OPCODE   opcode unknown, FLAGS != 0 or RSVD != 0
  *            (a NOP with clean reserved fields completes here)
  *   2.       BAD_DIMS     M, N or K is 0 or above MAX_DIM
  *   3.       BAD_STRIDE   LDA < K, LDW < K, LDC < 4*N, LDC % 4, C_ADDR % 4
- *   4.       ADDR_RANGE   A, then W, then C extent outside the window; the
+ *   4.       ADDR_RANGE   the extent of A, W or C is outside the window; the
  *                         extent of X is [X_ADDR, X_ADDR + (rows-1)*LDX +
  *                         row bytes)
  *   5.       AXI_ERROR    an operand inside the window lies outside physical
  *                         memory (the memory answers DECERR)
- * A failing descriptor writes nothing. ERR_INDEX is the index of the failing
- * descriptor (0 when the launch succeeded), DESC_DONE the number completed.
+ * A descriptor refused in steps 1-4 writes nothing. ERR_INDEX is the index
+ * of the failing descriptor (0 when the launch succeeded), DESC_DONE the
+ * number completed.
  *
- * Counters: BYTES_RD counts 64 bytes per descriptor fetched (including a
- * failing one) plus the operand bytes the array streams per output tile;
- * BYTES_WR counts 4*M*N per completed GEMM; MACS counts M*N*K per completed
- * GEMM. Cycle counts come from tsr_km_estimate_*.
+ * Dataflow (hw/rtl/tsr_core.sv), which fixes the counters: a GEMM runs in
+ * GEMV mode when M * cols < bus_bytes (one A row per m block, the array's
+ * rows become k lanes), else in GEMM mode (rows A rows per m block). Tiles
+ * go m block (outer), n block (cols W rows), k chunk (k_chunk bytes,
+ * inner). Each step loads one segment per A row and per W row, except that
+ * when K fits one chunk the A block is loaded only at n block 0, and W
+ * (if N also fits one n block) only at m block 0.
+ * Counters: BYTES_RD = 64 per descriptor fetched (including a refused one)
+ * + the bytes of every operand segment loaded; BYTES_WR = 4*M*N and MACS =
+ * M*N*K per completed GEMM. Cycle counts come from the timing model below.
  */
 #ifndef TSR_KERNEL_MODEL_H
 #define TSR_KERNEL_MODEL_H
@@ -45,13 +53,16 @@
 typedef struct tsr_km_timing {
   uint32_t rows;              /* MAC array rows (M direction)               */
   uint32_t cols;              /* MAC array columns (N direction)            */
+  uint32_t bus_bytes;         /* AXI data bus width in bytes                */
+  uint32_t k_chunk;           /* k bytes buffered per operand row           */
   double mem_bytes_per_cycle; /* device-memory read bandwidth               */
   uint32_t mem_latency;       /* cycles from read request to first data     */
   double clock_hz;            /* kernel clock, to project cycles to seconds */
 } tsr_km_timing_t;
 
-/* Defaults: a 16x16 array at 300 MHz on one DDR4-2400 bank (19.2 GB/s =
- * 64 bytes/cycle at 300 MHz), 100 cycles of read latency. */
+/* Defaults: the RTL's default build (16x16 array, 64-byte bus, 4096-byte
+ * k chunks) at 300 MHz on one DDR4-2400 bank (19.2 GB/s = 64 bytes/cycle at
+ * 300 MHz), 100 cycles of read latency. */
 void tsr_km_timing_init(tsr_km_timing_t *t);
 
 /* Modeled cost of work on the device. */
