@@ -12,7 +12,7 @@ void tsr_km_timing_init(tsr_km_timing_t *t) {
   t->bus_bytes = 64;
   t->k_chunk = 4096;
   t->mem_bytes_per_cycle = 64.0;
-  t->mem_latency = 100;
+  t->mem_latency = 40;
   t->clock_hz = 300e6;
 }
 

@@ -62,7 +62,7 @@ typedef struct tsr_km_timing {
 
 /* Defaults: the RTL's default build (16x16 array, 64-byte bus, 4096-byte
  * k chunks) at 300 MHz on one DDR4-2400 bank (19.2 GB/s = 64 bytes/cycle at
- * 300 MHz), 100 cycles of read latency. */
+ * 300 MHz), 40 cycles of read latency (the sim's board profile). */
 void tsr_km_timing_init(tsr_km_timing_t *t);
 
 /* Modeled cost of work on the device. */

@@ -14,7 +14,7 @@
  *   rows=, cols=   modeled array geometry (default 16x16)
  *   clock=MHZ      modeled kernel clock (default 300)
  *   bw=BYTES       modeled memory bytes per cycle (default 64)
- *   latency=CYC    modeled memory latency in cycles (default 100)
+ *   latency=CYC    modeled memory latency in cycles (default 40)
  *   threads=N      host threads executing GEMMs (default 1: the worker
  *                  alone; 0 = one per online CPU)
  *   fail=N         command N (the N-th submit, counting from 1) completes

@@ -65,6 +65,8 @@ typedef struct sim_api {
   uint64_t (*cycles)(const tsr_sim_t *);
   int (*irq)(const tsr_sim_t *);
   void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
+  /* Optional extension: why the last call failed (NULL if absent). */
+  const char *(*last_error)(const tsr_sim_t *);
 } sim_api_t;
 
 /* The edge where the library's negative return codes become statuses. */
@@ -189,6 +191,8 @@ static tsr_status_t load_api(sim_device_t *dev) {
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
     TSR_RETURN_IF(resolve(h, dev->lib_path, syms[i].sym, syms[i].slot));
+  dlerror();
+  a->last_error = (const char *(*)(const tsr_sim_t *))dlsym(h, "tsr_sim_last_error");
   int v = a->abi_version();
   if (v != TSR_SIM_ABI_VERSION)
     return TSR_ERR(UNAVAILABLE, "sim: %s has ABI version %d, this driver speaks %d",
@@ -484,8 +488,12 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
     uint64_t budget = chunk < dev->max_cycles - used ? chunk : dev->max_cycles - used;
     uint64_t ran = 0;
     int rc = dev->api.run(dev->sim, budget, 1, &ran);
-    SIM_CHECK(rc, "running command %" PRIu64 " (cycle %" PRIu64 ")", dev->head + 1,
-              dev->api.cycles(dev->sim));
+    if (rc < 0) {
+      const char *why = dev->api.last_error ? dev->api.last_error(dev->sim) : NULL;
+      return TSR_ERR(DEVICE, "sim: running command %" PRIu64 " failed at cycle %" PRIu64
+                     " (%d): %s", dev->head + 1, dev->api.cycles(dev->sim), rc,
+                     why && *why ? why : "the RTL model reported an error");
+    }
     if (rc == 1) TSR_RETURN_IF(finish_head(dev));
     /* Grow the chunk so long launches spend little time in this loop, but
      * keep it small enough to notice the wall-clock deadline promptly. */
