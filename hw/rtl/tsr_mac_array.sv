@@ -1,0 +1,98 @@
+// tsr_mac_array - Rows x Cols int8 multiply-accumulate array with int32
+// accumulators and an output bank.
+//
+// Every cycle with v_i set, PE (r, j) adds a(r) * w(r, j) to its accumulator:
+//   GEMM mode: a(r) = byte idx_i of A word r (row m0+r, reduction index k),
+//              w(r, j) = byte idx_i of W word j: an outer product per k.
+//   GEMV mode: a(r) = byte idx_i+r of A word 0 (the single row, lane r of a
+//              Rows-wide slice of k), w(r, j) = byte idx_i+r of W word j; each
+//              column is a Rows-lane dot product; lanes >= lanes_i add zero.
+// first_i restarts the accumulators, last_i copies the results into the
+// output bank (cap_o pulses) so the next tile can start at once. In GEMV mode
+// colsum_o gives the column sums (the lanes' partial dot products added).
+// Pipeline: operand select (1) -> multiply (1) -> accumulate (1).
+module tsr_mac_array #(
+  parameter int unsigned Rows      = 16,                 // array rows
+  parameter int unsigned Cols      = 16,                 // array columns
+  parameter int unsigned DataBytes = 64,                 // bytes per buffer word
+  parameter int unsigned OffW      = $clog2(DataBytes),  // byte index bits
+  parameter int unsigned LaneW     = $clog2(Rows + 1),   // lane count bits
+  parameter int unsigned DW        = DataBytes * 8       // bits per buffer word
+) (
+  input  logic                     clk_i,      // clock
+  input  logic                     rst_ni,     // asynchronous reset, active low
+  input  logic                     v_i,        // operands valid this cycle
+  input  logic                     first_i,    // first reduction step of a tile
+  input  logic                     last_i,     // last reduction step of a tile
+  input  logic                     gemv_i,     // GEMV lane mode
+  input  logic [OffW-1:0]          idx_i,      // byte index in the words
+  input  logic [LaneW-1:0]         lanes_i,    // valid lanes (GEMV)
+  input  logic [Rows*DW-1:0]       a_words_i,  // one word per A bank
+  input  logic [Cols*DW-1:0]       w_words_i,  // one word per W bank
+  output logic                     cap_o,      // pulse: output bank loaded
+  output logic                     gemv_o,     // mode of the tile in the bank
+  output logic [Rows*Cols*32-1:0]  out_o,      // bank, PE (r, j) at (r*Cols+j)*32
+  output logic [Cols*32-1:0]       colsum_o    // sum over r of the bank, per column
+);
+  // Control pipeline.
+  logic       v_s_q, first_s_q, last_s_q, gemv_s_q;
+  logic       v_m_q, first_m_q, last_m_q, gemv_m_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      {v_s_q, first_s_q, last_s_q, gemv_s_q} <= '0;
+      {v_m_q, first_m_q, last_m_q, gemv_m_q} <= '0;
+      cap_o  <= 1'b0;
+      gemv_o <= 1'b0;
+    end else begin
+      {v_s_q, first_s_q, last_s_q, gemv_s_q} <= {v_i, first_i, last_i, gemv_i};
+      {v_m_q, first_m_q, last_m_q, gemv_m_q} <= {v_s_q, first_s_q, last_s_q, gemv_s_q};
+      cap_o <= v_m_q && last_m_q;
+      if (v_m_q && last_m_q) gemv_o <= gemv_m_q;
+    end
+  end
+
+  for (genvar r = 0; r < Rows; r++) begin : g_row
+    // Byte position of this row's operands and the A word it reads.
+    logic [OffW-1:0] idx_r;
+    logic [DW-1:0]   a_word;
+    logic            lane_ok;
+    logic [7:0]      a_s_q;
+    assign idx_r   = gemv_i ? idx_i + OffW'(r) : idx_i;
+    assign a_word  = gemv_i ? a_words_i[0 +: DW] : a_words_i[r*DW +: DW];
+    assign lane_ok = !gemv_i || (LaneW'(r) < lanes_i);
+
+    always_ff @(posedge clk_i) begin
+      if (v_i) a_s_q <= lane_ok ? a_word[{idx_r, 3'b000} +: 8] : 8'd0;
+    end
+
+    for (genvar j = 0; j < Cols; j++) begin : g_col
+      logic [7:0]         w_s_q;
+      logic signed [15:0] prod_q;
+      logic signed [31:0] acc_q, acc_d, out_q;
+
+      always_ff @(posedge clk_i) begin
+        if (v_i) w_s_q <= w_words_i[j*DW + 32'({idx_r, 3'b000}) +: 8];
+      end
+      always_ff @(posedge clk_i) begin
+        if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s_q);
+      end
+      assign acc_d = first_m_q ? 32'(prod_q) : acc_q + 32'(prod_q);
+      always_ff @(posedge clk_i) begin
+        if (v_m_q) acc_q <= acc_d;
+        if (v_m_q && last_m_q) out_q <= acc_d;
+      end
+      assign out_o[(r*Cols+j)*32 +: 32] = out_q;
+    end
+  end
+
+  // Column sums for GEMV mode (the reduction across the lanes).
+  always_comb begin
+    for (int j = 0; j < Cols; j++) begin
+      logic [31:0] s;
+      s = 32'd0;
+      for (int r = 0; r < Rows; r++) s = s + out_o[(r*Cols+j)*32 +: 32];
+      colsum_o[j*32 +: 32] = s;
+    end
+  end
+endmodule
