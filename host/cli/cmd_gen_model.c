@@ -22,7 +22,7 @@ static void usage(FILE *f) {
           "  stories260K    64   172   5   8   4    512   512\n"
           "  stories15M    288   768   6   6   6  32000   256\n"
           "  stories110M   768  2048  12  12  12  32000  1024\n"
-          "  large        2048  5632   8  32   4  32000  2048  (~0.49B parameters)\n"
+          "  large        2048  5632   8  32   4  32000  2048  (~0.42B parameters)\n"
           "\n"
           "  -o, --output FILE   where to write (required)\n"
           "  --preset NAME       base shape (required)\n"

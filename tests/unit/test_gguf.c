@@ -172,7 +172,7 @@ static buf_t build(const knobs_t *k) {
 /* Parses `b` (copied to an exact-size heap block so ASan sees overreads). */
 static tsr_status_t parse(const buf_t *b, size_t size) {
   uint8_t *copy = malloc(size ? size : 1);
-  memcpy(copy, b->data, size);
+  if (size) memcpy(copy, b->data, size);
   tsr_model_file_t *mf = calloc(1, sizeof *mf);
   tsr_status_t s = tsr_gguf_parse(copy, size, "t.gguf", mf);
   tsr_model_file_close(mf);
