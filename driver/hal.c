@@ -17,6 +17,8 @@
 /* Preference order: real devices first, the cpu functional model last. */
 static const tsr_hal_vtable_t *const backends[] = {
     &tsr_hal_sim_vtable,
+    &tsr_hal_opencl_vtable,
+    &tsr_hal_usb_vtable,
     &tsr_hal_cpu_vtable,
 };
 

@@ -1,0 +1,704 @@
+/*
+ * usb_backend.c - backend "usb": a tessera board on USB, through libusb-1.0.
+ *
+ * libusb is loaded with dlopen ("libusb-1.0.so.0"), so libtessera runs
+ * without it; when it is missing, or no board is attached, open() fails with
+ * UNAVAILABLE and says which. The board is found by VID:PID, its first
+ * interface is claimed, and its first bulk OUT and bulk IN endpoints carry
+ * the protocol of usb_proto.h through usb_link.c (pipelined asynchronous
+ * transfers, CRC, retransmission; see README.md).
+ *
+ * Device memory is the board's; this side keeps the allocator (devmem) so
+ * alloc/free cost no bus traffic. write/read become MEM_WRITE/MEM_READ
+ * chunks, submit a RUN (the board queues launches), wait polls STATUS,
+ * reset sends RESET. A board that vanishes (unplug, transfer errors that
+ * report no device) turns every later call into UNAVAILABLE; the process
+ * never crashes because of it.
+ *
+ * Options ("usb:key=value,..."):
+ *   vid=, pid=      board identity (default 0x1209:0x0001, the pid.codes
+ *                   test pair; see TSR_USB_DEFAULT_VID/PID)
+ *   chunk=SIZE      payload bytes per frame (default 64K, up to 1M)
+ *   inflight=N      frames in flight each way (default 8, 1..64)
+ *   timeout=MS      resend a request unanswered after MS ms (default 100)
+ *   retries=N       resends of one frame before DEVICE (default 10)
+ *   poll=US         first STATUS poll interval in wait() (default 50 us,
+ *                   doubling up to 2 ms)
+ *   stats           print the link counters to stderr at close
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <libusb-1.0/libusb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tsr_regmap.h"
+
+#include "devmem.h"
+#include "hal_impl.h"
+#include "status.h"
+#include "usb.h"
+#include "usb_link.h"
+#include "usb_proto.h"
+
+#define USB_NAME "usb"
+#define USB_LIB_FILE "libusb-1.0.so.0"
+#define USB_MAX_WINDOW 64
+#define USB_BATCH 256 /* requests per tsr_usb_link_run() of a long copy */
+
+/* Entry points resolved from libusb. */
+typedef struct usb_api {
+  int (*init)(libusb_context **);
+  void (*exit)(libusb_context *);
+  ssize_t (*get_device_list)(libusb_context *, libusb_device ***);
+  void (*free_device_list)(libusb_device **, int);
+  int (*get_device_descriptor)(libusb_device *, struct libusb_device_descriptor *);
+  int (*open)(libusb_device *, libusb_device_handle **);
+  void (*close)(libusb_device_handle *);
+  int (*set_auto_detach_kernel_driver)(libusb_device_handle *, int);
+  int (*claim_interface)(libusb_device_handle *, int);
+  int (*release_interface)(libusb_device_handle *, int);
+  int (*get_active_config_descriptor)(libusb_device *, struct libusb_config_descriptor **);
+  void (*free_config_descriptor)(struct libusb_config_descriptor *);
+  struct libusb_transfer *(*alloc_transfer)(int);
+  void (*free_transfer)(struct libusb_transfer *);
+  int (*submit_transfer)(struct libusb_transfer *);
+  int (*cancel_transfer)(struct libusb_transfer *);
+  int (*handle_events_timeout_completed)(libusb_context *, struct timeval *, int *);
+  const char *(*error_name)(int);
+  uint8_t (*get_bus_number)(libusb_device *);
+  uint8_t (*get_device_address)(libusb_device *);
+  libusb_device *(*get_device)(libusb_device_handle *);
+} usb_api_t;
+
+enum cmd_state { CMD_SENT, CMD_DONE, CMD_ABORTED };
+
+typedef struct usb_cmd {
+  uint32_t tag; /* the board's launch tag */
+  enum cmd_state state;
+  tsr_hal_result_t res;
+} usb_cmd_t;
+
+typedef struct usb_xfer {
+  struct usb_device *dev;
+  unsigned slot;
+  bool in;
+  struct libusb_transfer *t;
+} usb_xfer_t;
+
+typedef struct usb_device {
+  tsr_hal_device_t base; /* must be first */
+  void *lib;
+  usb_api_t api;
+  libusb_context *ctx;
+  libusb_device_handle *h;
+  bool claimed;
+  unsigned char ep_out, ep_in;
+  usb_xfer_t out_x[USB_MAX_WINDOW], in_x[USB_MAX_WINDOW];
+  tsr_usb_link_t *link;
+  tsr_usb_info_t info;
+  tsr_devmem_t *dm;
+  tsr_usb_req_t *batch; /* (USB_BATCH) */
+  /* options */
+  uint64_t vid, pid, chunk, window, timeout_ms, retries, poll_us;
+  bool print_stats;
+  uint8_t bus, addr;
+  usb_cmd_t *cmds; /* fence f is cmds[f - 1] */
+  uint64_t n_cmds, cap_cmds;
+} usb_device_t;
+
+static usb_device_t *as_usb(tsr_hal_device_t *d) { return (usb_device_t *)d; }
+
+/* The edge where libusb's negative return codes become statuses. */
+static tsr_status_t usb_status(const usb_api_t *api, int rc, const char *what) {
+  const char *name = api && api->error_name ? api->error_name(rc) : "?";
+  switch (rc) {
+    case LIBUSB_ERROR_NO_DEVICE:
+      return TSR_ERR(UNAVAILABLE, "usb: %s: the board is gone (%s)", what, name);
+    case LIBUSB_ERROR_ACCESS:
+    case LIBUSB_ERROR_BUSY:
+    case LIBUSB_ERROR_NOT_FOUND:
+    case LIBUSB_ERROR_NOT_SUPPORTED:
+      return TSR_ERR(UNAVAILABLE, "usb: %s: %s", what, name);
+    case LIBUSB_ERROR_TIMEOUT:
+      return TSR_ERR(DEADLINE_EXCEEDED, "usb: %s: %s", what, name);
+    case LIBUSB_ERROR_NO_MEM:
+      return TSR_ERR(RESOURCE_EXHAUSTED, "usb: %s: %s", what, name);
+    case LIBUSB_ERROR_IO:
+    case LIBUSB_ERROR_INTERRUPTED:
+      return TSR_ERR(IO, "usb: %s: %s", what, name);
+    default:
+      return TSR_ERR(DEVICE, "usb: %s: %s (%d)", what, name, rc);
+  }
+}
+
+#define USB_CHECK(dev, expr, what)                                 \
+  do {                                                             \
+    int usb_rc_ = (expr);                                          \
+    if (usb_rc_ < 0) return usb_status(&(dev)->api, usb_rc_, what); \
+  } while (0)
+
+static tsr_status_t load_api(usb_device_t *dev) {
+  dev->lib = dlopen(USB_LIB_FILE, RTLD_NOW | RTLD_LOCAL);
+  if (!dev->lib)
+    return TSR_ERR(UNAVAILABLE, "usb: libusb-1.0 is not installed (%s)", dlerror());
+  struct {
+    const char *name;
+    void **slot;
+  } syms[] = {
+      {"libusb_init", (void **)&dev->api.init},
+      {"libusb_exit", (void **)&dev->api.exit},
+      {"libusb_get_device_list", (void **)&dev->api.get_device_list},
+      {"libusb_free_device_list", (void **)&dev->api.free_device_list},
+      {"libusb_get_device_descriptor", (void **)&dev->api.get_device_descriptor},
+      {"libusb_open", (void **)&dev->api.open},
+      {"libusb_close", (void **)&dev->api.close},
+      {"libusb_set_auto_detach_kernel_driver", (void **)&dev->api.set_auto_detach_kernel_driver},
+      {"libusb_claim_interface", (void **)&dev->api.claim_interface},
+      {"libusb_release_interface", (void **)&dev->api.release_interface},
+      {"libusb_get_active_config_descriptor", (void **)&dev->api.get_active_config_descriptor},
+      {"libusb_free_config_descriptor", (void **)&dev->api.free_config_descriptor},
+      {"libusb_alloc_transfer", (void **)&dev->api.alloc_transfer},
+      {"libusb_free_transfer", (void **)&dev->api.free_transfer},
+      {"libusb_submit_transfer", (void **)&dev->api.submit_transfer},
+      {"libusb_cancel_transfer", (void **)&dev->api.cancel_transfer},
+      {"libusb_handle_events_timeout_completed",
+       (void **)&dev->api.handle_events_timeout_completed},
+      {"libusb_error_name", (void **)&dev->api.error_name},
+      {"libusb_get_bus_number", (void **)&dev->api.get_bus_number},
+      {"libusb_get_device_address", (void **)&dev->api.get_device_address},
+      {"libusb_get_device", (void **)&dev->api.get_device},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    *syms[i].slot = dlsym(dev->lib, syms[i].name);
+    if (!*syms[i].slot)
+      return TSR_ERR(UNAVAILABLE, "usb: %s lacks %s (libusb too old?)", USB_LIB_FILE,
+                     syms[i].name);
+  }
+  return TSR_OK;
+}
+
+/* ---- the transport: libusb asynchronous bulk transfers ---------------- */
+
+static tsr_usb_xfer_status_t xfer_status(enum libusb_transfer_status st) {
+  switch (st) {
+    case LIBUSB_TRANSFER_COMPLETED: return TSR_USB_X_OK;
+    case LIBUSB_TRANSFER_TIMED_OUT: return TSR_USB_X_TIMEOUT;
+    case LIBUSB_TRANSFER_CANCELLED: return TSR_USB_X_CANCELLED;
+    case LIBUSB_TRANSFER_NO_DEVICE: return TSR_USB_X_GONE;
+    default: return TSR_USB_X_ERROR;
+  }
+}
+
+static void LIBUSB_CALL on_transfer(struct libusb_transfer *t) {
+  usb_xfer_t *x = t->user_data;
+  usb_device_t *dev = x->dev;
+  if (!dev->link) return;
+  if (x->in)
+    tsr_usb_link_received(dev->link, x->slot, (size_t)t->actual_length, xfer_status(t->status));
+  else
+    tsr_usb_link_sent(dev->link, x->slot, xfer_status(t->status));
+}
+
+static void tr_bind(void *impl, tsr_usb_link_t *link) { ((usb_device_t *)impl)->link = link; }
+
+static tsr_status_t tr_send(void *impl, unsigned slot, uint8_t *buf, size_t n,
+                            uint32_t timeout_ms) {
+  usb_device_t *dev = impl;
+  struct libusb_transfer *t = dev->out_x[slot].t;
+  libusb_fill_bulk_transfer(t, dev->h, dev->ep_out, buf, (int)n, on_transfer, &dev->out_x[slot],
+                            timeout_ms);
+  USB_CHECK(dev, dev->api.submit_transfer(t), "submitting an OUT transfer");
+  return TSR_OK;
+}
+
+static tsr_status_t tr_recv(void *impl, unsigned slot, uint8_t *buf, size_t cap) {
+  usb_device_t *dev = impl;
+  struct libusb_transfer *t = dev->in_x[slot].t;
+  libusb_fill_bulk_transfer(t, dev->h, dev->ep_in, buf, (int)cap, on_transfer, &dev->in_x[slot],
+                            0);
+  USB_CHECK(dev, dev->api.submit_transfer(t), "submitting an IN transfer");
+  return TSR_OK;
+}
+
+static tsr_status_t tr_pump(void *impl, uint64_t timeout_ns) {
+  usb_device_t *dev = impl;
+  struct timeval tv = {.tv_sec = (time_t)(timeout_ns / 1000000000ull),
+                       .tv_usec = (suseconds_t)(timeout_ns % 1000000000ull / 1000)};
+  int rc = dev->api.handle_events_timeout_completed(dev->ctx, &tv, NULL);
+  if (rc == LIBUSB_ERROR_INTERRUPTED) return TSR_OK;
+  USB_CHECK(dev, rc, "handling transfer events");
+  return TSR_OK;
+}
+
+static void tr_cancel_all(void *impl) {
+  usb_device_t *dev = impl;
+  for (uint64_t i = 0; i < dev->window; i++)
+    if (dev->in_x[i].t) dev->api.cancel_transfer(dev->in_x[i].t); /* NOT_FOUND if idle */
+}
+
+/* ---- helpers --------------------------------------------------------- */
+
+static tsr_status_t run_reqs(usb_device_t *dev, tsr_usb_req_t *r, size_t n, uint64_t payload) {
+  return tsr_usb_link_run(dev->link, r, n, payload);
+}
+
+/* Converts a board refusal into a status. */
+static tsr_status_t board_error(const tsr_usb_req_t *r) {
+  const char *what = tsr_usb_type_name(r->type);
+  if (r->r_arg0 == TSR_USB_E_RANGE)
+    return TSR_ERR(OUT_OF_RANGE, "usb: board refused %s at 0x%" PRIx64 ": %s", what, r->addr,
+                   tsr_usb_error_name(r->r_arg0));
+  return TSR_ERR(DEVICE, "usb: board refused %s (addr 0x%" PRIx64 "): %s (detail %" PRIu32 ")",
+                 what, r->addr, tsr_usb_error_name(r->r_arg0), r->r_arg1);
+}
+
+/* One request, answered. */
+static tsr_status_t one(usb_device_t *dev, tsr_usb_req_t *r) {
+  TSR_RETURN_IF(run_reqs(dev, r, 1, 0));
+  if (r->r_flags & TSR_USB_F_ERR) return board_error(r);
+  return TSR_OK;
+}
+
+/* Moves n bytes between host memory and device address `addr`, in chunks,
+ * USB_BATCH requests per pipelined batch. */
+static tsr_status_t mem_copy(usb_device_t *dev, bool to_device, uint64_t addr, uint8_t *p,
+                             size_t n) {
+  const uint32_t chunk = tsr_usb_link_max_payload(dev->link);
+  size_t done = 0;
+  while (done < n) {
+    size_t k = 0, start = done;
+    for (; k < USB_BATCH && done < n; k++) {
+      uint32_t len = (uint32_t)(n - done < chunk ? n - done : chunk);
+      tsr_usb_req_t *r = &dev->batch[k];
+      memset(r, 0, sizeof *r);
+      r->addr = addr + done;
+      if (to_device) {
+        r->type = TSR_USB_T_MEM_WRITE;
+        r->out = p + done;
+        r->out_len = len;
+      } else {
+        r->type = TSR_USB_T_MEM_READ;
+        r->arg0 = len;
+        r->in = p + done;
+        r->in_cap = len;
+      }
+      done += len;
+    }
+    TSR_RETURN_IF_ERROR(run_reqs(dev, dev->batch, k, done - start),
+                        "usb: %s of %zu bytes at 0x%" PRIx64,
+                        to_device ? "write" : "read", n, addr);
+    for (size_t i = 0; i < k; i++) {
+      tsr_usb_req_t *r = &dev->batch[i];
+      if (r->r_flags & TSR_USB_F_ERR) return board_error(r);
+      if (!to_device && r->r_len != r->in_cap)
+        return TSR_ERR(DEVICE, "usb: MEM_READ at 0x%" PRIx64 " returned %" PRIu32
+                       " of %" PRIu32 " bytes", r->addr, r->r_len, r->in_cap);
+    }
+  }
+  return TSR_OK;
+}
+
+/* ---- HAL ----------------------------------------------------------- */
+
+static void usb_close(tsr_hal_device_t *d) {
+  usb_device_t *dev = as_usb(d);
+  if (!dev) return;
+  if (dev->link && dev->print_stats) {
+    tsr_usb_stats_t st;
+    tsr_usb_link_stats(dev->link, &st);
+    tsr_usb_print_stats(&st, stderr);
+  }
+  tsr_usb_link_destroy(dev->link);
+  dev->link = NULL;
+  for (unsigned i = 0; i < USB_MAX_WINDOW; i++) {
+    if (dev->out_x[i].t) dev->api.free_transfer(dev->out_x[i].t);
+    if (dev->in_x[i].t) dev->api.free_transfer(dev->in_x[i].t);
+  }
+  if (dev->claimed) dev->api.release_interface(dev->h, 0);
+  if (dev->h) dev->api.close(dev->h);
+  if (dev->ctx) dev->api.exit(dev->ctx);
+  if (dev->lib) dlclose(dev->lib);
+  tsr_devmem_destroy(dev->dm);
+  free(dev->batch);
+  free(dev->cmds);
+  free(dev);
+}
+
+static tsr_status_t parse_options(usb_device_t *dev, const char *options) {
+  const char *cur = options;
+  char key[32], val[64];
+  tsr_status_t err = TSR_OK;
+  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
+    if (!strcmp(key, "vid")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 0, 0xffff, &dev->vid));
+    } else if (!strcmp(key, "pid")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 0, 0xffff, &dev->pid));
+    } else if (!strcmp(key, "chunk")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 64, TSR_USB_MAX_PAYLOAD, &dev->chunk));
+    } else if (!strcmp(key, "inflight")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 1, USB_MAX_WINDOW, &dev->window));
+    } else if (!strcmp(key, "timeout")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 1, 600000, &dev->timeout_ms));
+    } else if (!strcmp(key, "retries")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 0, 1000, &dev->retries));
+    } else if (!strcmp(key, "poll")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 1, 1000000, &dev->poll_us));
+    } else if (!strcmp(key, "stats")) {
+      if (val[0]) return TSR_ERR(INVALID_ARGUMENT, "usb: option 'stats' takes no value");
+      dev->print_stats = true;
+    } else {
+      return TSR_ERR(INVALID_ARGUMENT, "usb: unknown option '%s' (known: vid, pid, chunk, "
+                     "inflight, timeout, retries, poll, stats)", key);
+    }
+  }
+  return err;
+}
+
+/* Finds the index-th board with the configured VID:PID and opens it. */
+static tsr_status_t find_board(usb_device_t *dev, int index) {
+  libusb_device **list = NULL;
+  ssize_t n = dev->api.get_device_list(dev->ctx, &list);
+  if (n < 0) return usb_status(&dev->api, (int)n, "listing USB devices");
+  libusb_device *found = NULL;
+  int seen = 0;
+  for (ssize_t i = 0; i < n && !found; i++) {
+    struct libusb_device_descriptor dd;
+    if (dev->api.get_device_descriptor(list[i], &dd) < 0) continue;
+    if (dd.idVendor == dev->vid && dd.idProduct == dev->pid && seen++ == index) found = list[i];
+  }
+  tsr_status_t s = TSR_OK;
+  if (!found) {
+    s = TSR_ERR(UNAVAILABLE, "usb: no board %04" PRIx64 ":%04" PRIx64 " (index %d) among %zd "
+                "USB device(s); options vid=, pid= select another", dev->vid, dev->pid, index,
+                n);
+  } else {
+    dev->bus = dev->api.get_bus_number(found);
+    dev->addr = dev->api.get_device_address(found);
+    int rc = dev->api.open(found, &dev->h);
+    if (rc < 0) {
+      dev->h = NULL;
+      s = usb_status(&dev->api, rc, "opening the board");
+    }
+  }
+  dev->api.free_device_list(list, 1);
+  return s;
+}
+
+/* Claims interface 0 and picks its first bulk OUT and IN endpoints. */
+static tsr_status_t claim(usb_device_t *dev) {
+  int rc = dev->api.set_auto_detach_kernel_driver(dev->h, 1);
+  if (rc < 0 && rc != LIBUSB_ERROR_NOT_SUPPORTED)
+    return usb_status(&dev->api, rc, "detaching kernel drivers");
+  USB_CHECK(dev, dev->api.claim_interface(dev->h, 0), "claiming interface 0");
+  dev->claimed = true;
+  struct libusb_config_descriptor *cd = NULL;
+  USB_CHECK(dev, dev->api.get_active_config_descriptor(dev->api.get_device(dev->h), &cd),
+            "reading the configuration descriptor");
+  if (cd->bNumInterfaces >= 1 && cd->interface[0].num_altsetting >= 1) {
+    const struct libusb_interface_descriptor *id = &cd->interface[0].altsetting[0];
+    for (int e = 0; e < id->bNumEndpoints; e++) {
+      const struct libusb_endpoint_descriptor *ed = &id->endpoint[e];
+      if ((ed->bmAttributes & 3) != LIBUSB_TRANSFER_TYPE_BULK) continue;
+      if ((ed->bEndpointAddress & 0x80) && !dev->ep_in) dev->ep_in = ed->bEndpointAddress;
+      if (!(ed->bEndpointAddress & 0x80) && !dev->ep_out) dev->ep_out = ed->bEndpointAddress;
+    }
+  }
+  dev->api.free_config_descriptor(cd);
+  if (!dev->ep_in || !dev->ep_out)
+    return TSR_ERR(UNAVAILABLE, "usb: device %04" PRIx64 ":%04" PRIx64 " has no bulk IN/OUT "
+                   "pair on interface 0: not a tessera board", dev->vid, dev->pid);
+  return TSR_OK;
+}
+
+static tsr_status_t hello(usb_device_t *dev, uint32_t nonce) {
+  uint8_t info[TSR_USB_INFO_BYTES];
+  tsr_usb_req_t r = {.type = TSR_USB_T_HELLO, .arg0 = nonce, .in = info,
+                     .in_cap = sizeof info};
+  TSR_RETURN_IF_ERROR(one(dev, &r), "usb: greeting the board");
+  if (r.r_len != TSR_USB_INFO_BYTES)
+    return TSR_ERR(DEVICE, "usb: HELLO answer has %" PRIu32 " bytes, expected %u", r.r_len,
+                   TSR_USB_INFO_BYTES);
+  tsr_usb_info_unpack(&dev->info, info);
+  if (dev->info.proto_version != TSR_USB_VERSION)
+    return TSR_ERR(UNAVAILABLE, "usb: board speaks protocol %" PRIu32 ", this driver %u",
+                   dev->info.proto_version, TSR_USB_VERSION);
+  if (dev->info.max_payload < dev->chunk)
+    return TSR_ERR(INVALID_ARGUMENT, "usb: chunk=%" PRIu64 " exceeds the board's %" PRIu32
+                   "-byte frames", dev->chunk, dev->info.max_payload);
+  if (dev->info.mem_size == 0 || dev->info.mem_base % TSR_DEVMEM_MIN_ALIGN)
+    return TSR_ERR(DEVICE, "usb: board announces unusable memory (base 0x%" PRIx64 ", %" PRIu64
+                   " bytes)", dev->info.mem_base, dev->info.mem_size);
+  return TSR_OK;
+}
+
+static tsr_status_t usb_open_dev(usb_device_t *dev, const tsr_hal_open_params_t *params) {
+  TSR_RETURN_IF(parse_options(dev, params ? params->options : NULL));
+  TSR_RETURN_IF(load_api(dev));
+  int rc = dev->api.init(&dev->ctx);
+  if (rc < 0) {
+    dev->ctx = NULL;
+    return usb_status(&dev->api, rc, "initialising libusb");
+  }
+  TSR_RETURN_IF(find_board(dev, params ? params->index : 0));
+  TSR_RETURN_IF(claim(dev));
+  for (uint64_t i = 0; i < dev->window; i++) {
+    dev->out_x[i] = (usb_xfer_t){.dev = dev, .slot = (unsigned)i, .in = false,
+                                 .t = dev->api.alloc_transfer(0)};
+    dev->in_x[i] = (usb_xfer_t){.dev = dev, .slot = (unsigned)i, .in = true,
+                                .t = dev->api.alloc_transfer(0)};
+    if (!dev->out_x[i].t || !dev->in_x[i].t)
+      return TSR_ERR(RESOURCE_EXHAUSTED, "usb: cannot allocate libusb transfers");
+  }
+  dev->batch = calloc(USB_BATCH, sizeof *dev->batch);
+  if (!dev->batch) return TSR_ERR(RESOURCE_EXHAUSTED, "usb: out of host memory");
+  /* Sequence numbers start from a per-open value, so answers a board still
+   * holds from an earlier session can never match a request of this one. */
+  uint32_t nonce = (uint32_t)(tsr_hal_now_ns() ^ ((uint64_t)getpid() << 16)) | 1u;
+  tsr_usb_link_config_t cfg;
+  tsr_usb_link_config_init(&cfg);
+  cfg.window = (unsigned)dev->window;
+  cfg.max_payload = (uint32_t)dev->chunk;
+  cfg.timeout_ms = (uint32_t)dev->timeout_ms;
+  cfg.max_retries = (unsigned)dev->retries;
+  cfg.first_seq = nonce;
+  tsr_usb_transport_t tr = {.impl = dev, .bind = tr_bind, .send = tr_send, .recv = tr_recv,
+                            .pump = tr_pump, .cancel_all = tr_cancel_all};
+  tsr_usb_link_t *link = NULL;
+  TSR_RETURN_IF(tsr_usb_link_create(&cfg, &tr, &link));
+  dev->link = link;
+  TSR_RETURN_IF(hello(dev, nonce));
+  return tsr_devmem_create(dev->info.mem_base, dev->info.mem_size, &dev->dm);
+}
+
+static tsr_status_t usb_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
+  *out = NULL;
+  usb_device_t *dev = calloc(1, sizeof *dev);
+  if (!dev) return TSR_ERR(RESOURCE_EXHAUSTED, "usb: out of host memory");
+  dev->base.vt = &tsr_hal_usb_vtable;
+  dev->vid = TSR_USB_DEFAULT_VID;
+  dev->pid = TSR_USB_DEFAULT_PID;
+  dev->chunk = 64u << 10;
+  dev->window = 8;
+  dev->timeout_ms = 100;
+  dev->retries = 10;
+  dev->poll_us = 50;
+  tsr_status_t s = usb_open_dev(dev, params);
+  if (s) {
+    usb_close(&dev->base);
+    return s;
+  }
+  *out = &dev->base;
+  return TSR_OK;
+}
+
+static void usb_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
+  usb_device_t *dev = as_usb(d);
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "usb %03u:%03u (%s, %ux%u)%s", dev->bus, dev->addr,
+           dev->info.kind, dev->info.rows, dev->info.cols,
+           tsr_usb_link_lost(dev->link) ? " [gone]" : "");
+  out->array_rows = dev->info.rows;
+  out->array_cols = dev->info.cols;
+  out->max_dim = TSR_HW_MAX_DIM;
+  out->mem_size = dev->info.mem_size;
+  out->clock_hz = dev->info.clock_khz * 1e3;
+  out->mem_bytes_per_cycle = dev->info.mem_bytes_per_cycle;
+  /* A USB 3 bulk-FIFO bridge (FT601 class) with 1 MiB transfers and several
+   * in flight: ~350 MB/s, ~125 us per round trip, a launch is one RUN. */
+  out->link_bytes_per_s = 350e6;
+  out->link_latency_s = 125e-6;
+  out->launch_latency_s = 250e-6;
+  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+}
+
+static tsr_status_t usable(usb_device_t *dev) {
+  if (tsr_usb_link_lost(dev->link))
+    return TSR_ERR(UNAVAILABLE, "usb: the board %03u:%03u is gone (unplugged)", dev->bus,
+                   dev->addr);
+  return TSR_OK;
+}
+
+static tsr_status_t usb_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
+                              tsr_hal_buffer_t *out) {
+  usb_device_t *dev = as_usb(d);
+  memset(out, 0, sizeof *out);
+  TSR_RETURN_IF(usable(dev));
+  uint64_t addr = 0;
+  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "usb");
+  out->addr = addr;
+  out->size = size;
+  return TSR_OK;
+}
+
+static void usb_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
+  usb_device_t *dev = as_usb(d);
+  if (!buf || buf->size == 0) return;
+  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
+  buf->addr = 0;
+  buf->size = 0;
+}
+
+static tsr_status_t check_copy(usb_device_t *dev, const tsr_hal_buffer_t *buf, uint64_t offset,
+                               size_t n, const char *what) {
+  TSR_RETURN_IF(usable(dev));
+  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "usb: %s: NULL buffer", what);
+  if (offset > buf->size || n > buf->size - offset)
+    return TSR_ERR(OUT_OF_RANGE, "usb: %s of %zu bytes at offset %" PRIu64 " overruns the %"
+                   PRIu64 "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
+  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
+    return TSR_ERR(INVALID_ARGUMENT, "usb: %s: buffer 0x%" PRIx64 " (%" PRIu64
+                   " bytes) is not a live allocation", what, buf->addr, buf->size);
+  return TSR_OK;
+}
+
+static tsr_status_t usb_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
+                              const void *src, size_t n) {
+  usb_device_t *dev = as_usb(d);
+  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  return mem_copy(dev, true, buf->addr + offset, (uint8_t *)(uintptr_t)src, n);
+}
+
+static tsr_status_t usb_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
+                             void *dst, size_t n) {
+  usb_device_t *dev = as_usb(d);
+  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  return mem_copy(dev, false, buf->addr + offset, dst, n);
+}
+
+/* Asks the board about launch `fence`; updates its record. */
+static tsr_status_t poll_status(usb_device_t *dev, uint64_t fence) {
+  usb_cmd_t *c = &dev->cmds[fence - 1];
+  uint8_t res[TSR_USB_RESULT_BYTES];
+  tsr_usb_req_t r = {.type = TSR_USB_T_STATUS, .arg0 = c->tag, .in = res, .in_cap = sizeof res};
+  TSR_RETURN_IF_ERROR(one(dev, &r), "usb: status of command %" PRIu64, fence);
+  if (r.r_arg0 == TSR_USB_L_DONE) {
+    if (r.r_len != TSR_USB_RESULT_BYTES)
+      return TSR_ERR(DEVICE, "usb: STATUS answer has %" PRIu32 " bytes, expected %u", r.r_len,
+                     TSR_USB_RESULT_BYTES);
+    tsr_usb_result_unpack(&c->res, res);
+    c->state = CMD_DONE;
+  } else if (r.r_arg0 == TSR_USB_L_ABORTED) {
+    c->state = CMD_ABORTED;
+  }
+  return TSR_OK;
+}
+
+static void sleep_us(uint64_t us) {
+  struct timespec ts = {.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static tsr_status_t usb_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                               uint64_t *out_fence) {
+  usb_device_t *dev = as_usb(d);
+  *out_fence = 0;
+  TSR_RETURN_IF(usable(dev));
+  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "usb: submit: NULL command");
+  if (dev->n_cmds == dev->cap_cmds) {
+    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
+    usb_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
+    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "usb: submit: out of host memory");
+    dev->cmds = p;
+    dev->cap_cmds = cap;
+  }
+  uint8_t run[TSR_USB_RUN_BYTES];
+  tsr_usb_run_pack(run, cmd);
+  /* The board queues launches; when its queue is full, wait for the oldest
+   * open one and ask again. */
+  for (uint64_t oldest = 1;;) {
+    tsr_usb_req_t r = {.type = TSR_USB_T_RUN, .out = run, .out_len = sizeof run};
+    TSR_RETURN_IF(run_reqs(dev, &r, 1, 0));
+    if (!(r.r_flags & TSR_USB_F_ERR)) {
+      usb_cmd_t *c = &dev->cmds[dev->n_cmds++];
+      memset(c, 0, sizeof *c);
+      c->tag = r.r_arg0;
+      c->state = CMD_SENT;
+      *out_fence = dev->n_cmds;
+      return TSR_OK;
+    }
+    if (r.r_arg0 != TSR_USB_E_BUSY) return board_error(&r);
+    while (oldest <= dev->n_cmds && dev->cmds[oldest - 1].state != CMD_SENT) oldest++;
+    if (oldest > dev->n_cmds)
+      return TSR_ERR(DEVICE, "usb: board says its queue is full with nothing of ours queued");
+    TSR_RETURN_IF(poll_status(dev, oldest));
+    if (dev->cmds[oldest - 1].state == CMD_SENT) sleep_us(dev->poll_us);
+  }
+}
+
+static tsr_status_t usb_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
+                             tsr_hal_result_t *out) {
+  usb_device_t *dev = as_usb(d);
+  if (out) memset(out, 0, sizeof *out);
+  if (fence == 0 || fence > dev->n_cmds)
+    return TSR_ERR(INVALID_ARGUMENT, "usb: wait: fence %" PRIu64 " was never issued (last is %"
+                   PRIu64 ")", fence, dev->n_cmds);
+  uint64_t t0 = tsr_hal_now_ns();
+  uint64_t deadline = timeout_ns > UINT64_MAX - t0 ? UINT64_MAX : t0 + timeout_ns;
+  uint64_t pause = dev->poll_us;
+  for (;;) {
+    usb_cmd_t *c = &dev->cmds[fence - 1];
+    if (c->state == CMD_DONE) {
+      if (out) *out = c->res;
+      return TSR_OK;
+    }
+    if (c->state == CMD_ABORTED)
+      return TSR_ERR(DEVICE, "usb: command %" PRIu64 " was aborted by a reset", fence);
+    TSR_RETURN_IF(usable(dev));
+    TSR_RETURN_IF(poll_status(dev, fence));
+    if (c->state != CMD_SENT) continue;
+    uint64_t now = tsr_hal_now_ns();
+    if (now >= deadline)
+      return TSR_ERR(DEADLINE_EXCEEDED, "usb: command %" PRIu64 " not done after %" PRIu64
+                     " ns", fence, timeout_ns);
+    uint64_t left_us = (deadline - now) / 1000 + 1;
+    sleep_us(pause < left_us ? pause : left_us);
+    if (pause < 2000) pause *= 2;
+  }
+}
+
+static tsr_status_t usb_reset(tsr_hal_device_t *d) {
+  usb_device_t *dev = as_usb(d);
+  TSR_RETURN_IF(usable(dev));
+  tsr_usb_req_t r = {.type = TSR_USB_T_RESET};
+  TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reset");
+  for (uint64_t i = 0; i < dev->n_cmds; i++)
+    if (dev->cmds[i].state == CMD_SENT) dev->cmds[i].state = CMD_ABORTED;
+  return TSR_OK;
+}
+
+tsr_status_t tsr_usb_get_stats(tsr_hal_device_t *d, tsr_usb_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!d || d->vt != &tsr_hal_usb_vtable)
+    return TSR_ERR(INVALID_ARGUMENT, "usb stats asked of a device that is not 'usb'");
+  tsr_usb_link_stats(as_usb(d)->link, out);
+  return TSR_OK;
+}
+
+void tsr_usb_print_stats(const tsr_usb_stats_t *st, void *f) {
+  double eff = st->wire_bytes ? 100.0 * (double)st->payload_bytes / (double)st->wire_bytes : 0;
+  fprintf((FILE *)f,
+          "usb: frames out %" PRIu64 " in %" PRIu64 ", retries %" PRIu64 " (timeout %" PRIu64
+          ", nak %" PRIu64 ", seq %" PRIu64 "), bad in %" PRIu64 ", duplicate in %" PRIu64
+          ", payload %" PRIu64 " B, wire %" PRIu64 " B, efficiency %.2f%%\n",
+          st->frames_out, st->frames_in, st->retries, st->retry_timeout, st->retry_nak,
+          st->retry_seq, st->bad_in, st->dup_in, st->payload_bytes, st->wire_bytes, eff);
+}
+
+const tsr_hal_vtable_t tsr_hal_usb_vtable = {
+    .name = USB_NAME,
+    .open = usb_open,
+    .close = usb_close,
+    .query_caps = usb_query_caps,
+    .alloc = usb_alloc,
+    .free = usb_free,
+    .write = usb_write,
+    .read = usb_read,
+    .submit = usb_submit,
+    .wait = usb_wait,
+    .reset = usb_reset,
+};
