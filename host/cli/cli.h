@@ -18,6 +18,7 @@ int tsr_cmd_gen_model(int argc, char **argv); /* cmd_gen_model.c */
 int tsr_cmd_bench(int argc, char **argv);     /* cmd_bench.c     */
 int tsr_cmd_gemm(int argc, char **argv);      /* cmd_gemm.c      */
 int tsr_cmd_devices(int argc, char **argv);   /* cmd_devices.c   */
+int tsr_cmd_xclbin(int argc, char **argv);    /* cmd_xclbin.c    */
 
 /* Option helpers: print "tessera CMD: FLAG: ..." to stderr and return false
  * on a malformed or out-of-range value. */

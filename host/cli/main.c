@@ -15,6 +15,7 @@ static const struct {
     {"bench", tsr_cmd_bench, "CPU kernel and model benchmarks"},
     {"gemm", tsr_cmd_gemm, "run one int8 matmul on a device and print its checksum"},
     {"devices", tsr_cmd_devices, "list device backends and their availability"},
+    {"xclbin", tsr_cmd_xclbin, "write the kernel xclbin or describe/validate one"},
 };
 
 static void usage(FILE *f) {
