@@ -418,6 +418,9 @@ static tsr_status_t finish_head(sim_device_t *dev) {
   TSR_RETURN_IF(read32(dev, TSR_REG_CTRL, &ctrl)); /* clears ap_done (COR) */
   TSR_RETURN_IF(read32(dev, TSR_REG_ISR, &isr));
   if (isr) SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_ISR, isr), "clearing ISR");
+  /* ap_ctrl_chain: the kernel holds its outputs until ap_continue. */
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE),
+            "writing ap_continue");
   tsr_hal_result_t *r = &c->res;
   TSR_RETURN_IF(read32(dev, TSR_STAT_STATUS, &r->hw_status));
   TSR_RETURN_IF(read32(dev, TSR_STAT_ERR_INDEX, &r->err_index));
