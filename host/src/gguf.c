@@ -701,7 +701,10 @@ static tsr_status_t read_vocab(const gguf_ctx_t *g, int32_t vocab_size, tsr_voca
 
 tsr_status_t tsr_gguf_parse(const uint8_t *data, size_t size, const char *what,
                             tsr_model_file_t *out) {
-  tsr_model_file_clear(out);
+  /* `out` may be uninitialized: reset it (the mapping belongs to the caller). */
+  const tsr_mapped_file_t keep = out->file;
+  memset(out, 0, sizeof *out);
+  out->file = keep;
   gguf_ctx_t g = {.data = data, .size = size, .what = what ? what : "GGUF"};
   tsr_status_t s = size == 0 ? TSR_ERR(FORMAT, "%s: empty file (expected \"GGUF\")", g.what)
                              : parse_container(&g);

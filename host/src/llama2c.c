@@ -59,7 +59,10 @@ static void set_info(tsr_tensor_info_t *t, const char *name, int64_t rows, int64
 
 tsr_status_t tsr_llama2c_parse(const uint8_t *data, size_t size, const char *what,
                                tsr_model_file_t *out) {
-  tsr_model_file_clear(out);
+  /* `out` may be uninitialized: reset it (the mapping belongs to the caller). */
+  const tsr_mapped_file_t keep = out->file;
+  memset(out, 0, sizeof *out);
+  out->file = keep;
   what = what ? what : "llama2.c checkpoint";
   tsr_reader_t r;
   tsr_reader_init(&r, data, size, what);
