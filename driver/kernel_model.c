@@ -75,11 +75,12 @@ static void add_steps(const tsr_km_timing_t *t, uint64_t count, bool load_a, boo
   uint64_t mem = bytes_to_cycles(t, beats * bus);
   uint64_t loader = 3 + segs;
   uint64_t comp = gemv ? div_up(kc, rows) : kc;
-  uint64_t drain = last ? (gemv ? 1 : mlen) + 2 : 0;
-  uint64_t step = comp;
+  /* A tile's last step waits for the previous tile's output bank: the
+   * array pipeline, then about two cycles per row written. */
+  uint64_t busy = last ? comp + 5 + 2 * (gemv ? 1 : mlen) : comp;
+  uint64_t step = busy;
   if (mem > step) step = mem;
   if (loader > step) step = loader;
-  if (drain > step) step = drain;
   acc->cycles += count * step;
   acc->stall_cycles += count * (step - comp);
 }
@@ -129,9 +130,14 @@ void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint
         add_steps(t, a_only, true, false, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
         add_steps(t, w_only, false, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
       }
-  /* First load latency, array pipeline, last write-back and barrier. */
+  /* The first step waits for all its operands; at the end the array
+   * pipeline, the last write-back and the barrier. */
+  uint64_t k0 = k < kchunk ? k : kchunk;
+  uint64_t first_segs = mc[mc[0].count ? 0 : 1].len + nc[nc[0].count ? 0 : 1].len;
+  acc->cycles += t->mem_latency + bytes_to_cycles(t, first_segs * div_up(k0, bus) * bus) +
+                 2 * first_segs;
   uint64_t last_rows = gemv ? 1 : (m % mrows ? m % mrows : mrows);
-  acc->cycles += t->mem_latency + 3 + last_rows + t->mem_latency / 2 + 4;
+  acc->cycles += t->mem_latency / 2 + 2 * last_rows + 8;
 }
 
 uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k) {
