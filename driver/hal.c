@@ -19,6 +19,7 @@ static const tsr_hal_vtable_t *const backends[] = {
     &tsr_hal_sim_vtable,
     &tsr_hal_opencl_vtable,
     &tsr_hal_usb_vtable,
+    &tsr_hal_xrt_vtable,
     &tsr_hal_cpu_vtable,
 };
 

@@ -17,6 +17,7 @@
 extern const tsr_hal_vtable_t tsr_hal_sim_vtable;
 extern const tsr_hal_vtable_t tsr_hal_opencl_vtable;
 extern const tsr_hal_vtable_t tsr_hal_usb_vtable;
+extern const tsr_hal_vtable_t tsr_hal_xrt_vtable;
 extern const tsr_hal_vtable_t tsr_hal_cpu_vtable;
 
 /* Iterates an option string. Start with *cursor = options (NULL or "" is an

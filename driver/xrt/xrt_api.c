@@ -1,0 +1,430 @@
+/*
+ * xrt_api.c - dlopen()s XRT's C API and prepares the environment it needs
+ * (see xrt_api.h for what and why).
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "status.h"
+#include "xrt_api.h"
+
+static pthread_mutex_t api_mu = PTHREAD_MUTEX_INITIALIZER;
+static tsr_xrt_api_t api;
+static bool api_ready;
+static void *api_lib;            /* kept loaded for the life of the process */
+static uint64_t probed_ok_mask;  /* device indices 0..63 probed successfully */
+
+/* ---- the one XRT error conversion -------------------------------------- */
+
+tsr_status_t tsr_xrt_status(int err, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (err < 0) err = -err;
+  tsr_status_code_t code;
+  switch (err) {
+    case ENOMEM: code = TSR_STATUS_RESOURCE_EXHAUSTED; break;
+    case EINVAL: case EDOM: case ERANGE: code = TSR_STATUS_INVALID_ARGUMENT; break;
+    case ENOENT: case ENODEV: case ENXIO: code = TSR_STATUS_NOT_FOUND; break;
+    case EPERM: case EACCES: case EBUSY: code = TSR_STATUS_UNAVAILABLE; break;
+    case ETIMEDOUT: case ETIME: code = TSR_STATUS_DEADLINE_EXCEEDED; break;
+    case ENOSYS: case EOPNOTSUPP: code = TSR_STATUS_UNIMPLEMENTED; break;
+    case EIO: code = TSR_STATUS_IO; break;
+    default: code = TSR_STATUS_DEVICE; break;
+  }
+  if (err == 0 || err == 1 /* a bare -1 return */)
+    return tsr_make_status(TSR_STATUS_DEVICE, "%s (XRT gave no error code)", msg);
+  return tsr_make_status(code, "%s (%s)", msg, strerror(err));
+}
+
+/* ---- small file-system helpers ----------------------------------------- */
+
+static uint64_t fnv1a_str(const char *s, uint64_t h) {
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* mkdir -p with mode 0700 for the components we create. */
+static bool mkdir_p(const char *path) {
+  char tmp[PATH_MAX];
+  if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return false;
+  for (char *p = tmp + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return false;
+      *p = '/';
+    }
+  return mkdir(tmp, 0700) == 0 || errno == EEXIST;
+}
+
+/* A directory we own and nobody else can write: safe to put symlinks and
+ * files in (matters under a shared /tmp). */
+static bool dir_is_private(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+         !(st.st_mode & 022);
+}
+
+static tsr_status_t pick_cache_dir(char *out, size_t cap) {
+  const char *env = getenv("TSR_XRT_CACHE");
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  const char *tmpdir = getenv("TMPDIR");
+  char cand[4][PATH_MAX];
+  int n = 0;
+  if (env && *env) snprintf(cand[n++], PATH_MAX, "%s", env);
+  if (xdg && *xdg) snprintf(cand[n++], PATH_MAX, "%s/tessera", xdg);
+  if (home && *home) snprintf(cand[n++], PATH_MAX, "%s/.cache/tessera", home);
+  snprintf(cand[n++], PATH_MAX, "%s/tessera-%ld", tmpdir && *tmpdir ? tmpdir : "/tmp",
+           (long)geteuid());
+  for (int i = 0; i < n; i++) {
+    if (mkdir_p(cand[i]) && dir_is_private(cand[i])) {
+      if (strlen(cand[i]) >= cap) continue;
+      snprintf(out, cap, "%s", cand[i]);
+      return TSR_OK;
+    }
+    if (i == 0 && env && *env)
+      return TSR_ERR(UNAVAILABLE, "xrt: TSR_XRT_CACHE='%s' is not a private directory this "
+                     "user can create (mode 0700, owned by uid %ld)", env, (long)geteuid());
+  }
+  return TSR_ERR(UNAVAILABLE, "xrt: no private cache directory for XRT's environment "
+                 "(tried $XDG_CACHE_HOME, $HOME/.cache, $TMPDIR)");
+}
+
+/* Makes `link` a symlink to `target` (idempotent; replaced atomically). */
+static bool ensure_symlink(const char *target, const char *link) {
+  char cur[PATH_MAX];
+  ssize_t n = readlink(link, cur, sizeof cur - 1);
+  if (n >= 0) {
+    cur[n] = '\0';
+    if (!strcmp(cur, target)) return true;
+  }
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", link, (long)getpid());
+  unlink(tmp);
+  if (symlink(target, tmp) != 0) return false;
+  if (rename(tmp, link) != 0) {
+    unlink(tmp);
+    return false;
+  }
+  return true;
+}
+
+static bool write_file_atomic(const char *path, const char *text) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return false;
+  bool ok = fputs(text, f) >= 0;
+  ok = (fclose(f) == 0) && ok;
+  if (ok) ok = rename(tmp, path) == 0;
+  if (!ok) unlink(tmp);
+  return ok;
+}
+
+/* A Xilinx board bound to the xocl (user function) driver. */
+static bool real_board_present(void) {
+  DIR *d = opendir("/sys/bus/pci/drivers/xocl");
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strchr(e->d_name, ':')) {
+      found = true;
+      break;
+    }
+  closedir(d);
+  return found;
+}
+
+static const char *shim_for_mode(const char *mode) {
+  if (!strcmp(mode, "hw")) return "libxrt_core.so.2";
+  if (!strcmp(mode, "noop")) return "libxrt_noop.so.2";
+  if (!strcmp(mode, "sw_emu")) return "libxrt_swemu.so.2";
+  if (!strcmp(mode, "hw_emu")) return "libxrt_hwemu.so.2";
+  return NULL;
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+static tsr_status_t load_symbols(void *lib, const char *path) {
+  struct {
+    const char *name;
+    void **slot;
+  } syms[] = {
+#define SYM(field, name) {#name, (void **)&api.field}
+      SYM(deviceOpen, xrtDeviceOpen),
+      SYM(deviceClose, xrtDeviceClose),
+      SYM(deviceLoadXclbinFile, xrtDeviceLoadXclbinFile),
+      SYM(deviceGetXclbinUUID, xrtDeviceGetXclbinUUID),
+      SYM(boAlloc, xrtBOAlloc),
+      SYM(boSubAlloc, xrtBOSubAlloc),
+      SYM(boFree, xrtBOFree),
+      SYM(boAddress, xrtBOAddress),
+      SYM(boSync, xrtBOSync),
+      SYM(boWrite, xrtBOWrite),
+      SYM(boRead, xrtBORead),
+      SYM(plKernelOpen, xrtPLKernelOpen),
+      SYM(plKernelOpenExclusive, xrtPLKernelOpenExclusive),
+      SYM(kernelClose, xrtKernelClose),
+      SYM(kernelArgGroupId, xrtKernelArgGroupId),
+      SYM(kernelArgOffset, xrtKernelArgOffset),
+      SYM(kernelReadRegister, xrtKernelReadRegister),
+      SYM(runOpen, xrtRunOpen),
+      SYM(runSetArg, xrtRunSetArg),
+      SYM(runStart, xrtRunStart),
+      SYM(runWait, xrtRunWait),
+      SYM(runWaitFor, xrtRunWaitFor),
+      SYM(runState, xrtRunState),
+      SYM(runClose, xrtRunClose),
+      SYM(xclbinAllocFilename, xrtXclbinAllocFilename),
+      SYM(xclbinFreeHandle, xrtXclbinFreeHandle),
+      SYM(xclbinGetNumKernels, xrtXclbinGetNumKernels),
+      SYM(xclbinGetNumKernelComputeUnits, xrtXclbinGetNumKernelComputeUnits),
+      SYM(xclbinGetUUID, xrtXclbinGetUUID),
+#undef SYM
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    void *p = dlsym(lib, syms[i].name);
+    if (!p)
+      return TSR_ERR(UNAVAILABLE, "xrt: %s does not export %s (XRT older than 2.13?)", path,
+                     syms[i].name);
+    *syms[i].slot = p;
+  }
+  return TSR_OK;
+}
+
+static tsr_status_t prepare(void) {
+  const char *lib_name = getenv("TSR_XRT_LIB");
+  if (!lib_name || !*lib_name) lib_name = "libxrt_coreutil.so.2";
+  if (!api_lib) {
+    /* Loading libxrt_coreutil runs only static constructors; nothing in XRT
+     * that can abort runs before the first device call below. */
+    void *lib = dlopen(lib_name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      return TSR_ERR(UNAVAILABLE, "xrt: cannot load %s: %s (install XRT, e.g. Debian's "
+                     "libxrt1, or point TSR_XRT_LIB at libxrt_coreutil.so.2)", lib_name,
+                     dlerror());
+    tsr_status_t s = load_symbols(lib, lib_name);
+    if (s) {
+      dlclose(lib);
+      return s;
+    }
+    api_lib = lib;
+  }
+  char origin[PATH_MAX] = "";
+  if (dlinfo(api_lib, RTLD_DI_ORIGIN, origin) != 0 || !origin[0])
+    return TSR_ERR(UNAVAILABLE, "xrt: cannot find the directory %s was loaded from",
+                   lib_name);
+  snprintf(api.lib_path, sizeof api.lib_path, "%s/%s", origin,
+           strrchr(lib_name, '/') ? strrchr(lib_name, '/') + 1 : lib_name);
+
+  /* Mode: the user's XCL_EMULATION_MODE, else hardware if a board is bound
+   * to xocl, else noop. */
+  const char *user_mode = getenv("XCL_EMULATION_MODE");
+  bool set_mode = false;
+  if (user_mode && *user_mode) {
+    if (!shim_for_mode(user_mode))
+      return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE='%s' is not one of noop, sw_emu, "
+                     "hw_emu (unset it for hardware)", user_mode);
+    snprintf(api.mode, sizeof api.mode, "%s", user_mode);
+  } else if (real_board_present()) {
+    snprintf(api.mode, sizeof api.mode, "hw");
+  } else {
+    snprintf(api.mode, sizeof api.mode, "noop");
+    set_mode = true;
+  }
+  const char *shim = shim_for_mode(api.mode);
+
+  TSR_RETURN_IF(pick_cache_dir(api.cache_dir, sizeof api.cache_dir));
+  uint64_t h = fnv1a_str(origin, 0xcbf29ce484222325ull);
+  char envdir[PATH_MAX];
+  snprintf(envdir, sizeof envdir, "%s/xrt-%016" PRIx64, api.cache_dir, h);
+
+  /* XILINX_XRT: check the user's, or build ours. */
+  const char *user_xrt = getenv("XILINX_XRT");
+  bool set_xrt = false;
+  char path[PATH_MAX];
+  if (user_xrt && *user_xrt) {
+    snprintf(path, sizeof path, "%s/lib/%s", user_xrt, shim);
+    if (access(path, R_OK) != 0)
+      return TSR_ERR(UNAVAILABLE, "xrt: XILINX_XRT='%s' has no lib/%s (XRT would abort the "
+                     "process); point it at an XRT installation, or unset it to let tessera "
+                     "prepare a private one", user_xrt, shim);
+    snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", user_xrt);
+  } else {
+    snprintf(path, sizeof path, "%s/%s", origin, shim);
+    if (access(path, R_OK) != 0)
+      return TSR_ERR(UNAVAILABLE, "xrt: the XRT shim %s for mode '%s' is not installed next "
+                     "to %s", shim, api.mode, api.lib_path);
+    char libdir[PATH_MAX + 8];
+    snprintf(libdir, sizeof libdir, "%s/lib", envdir);
+    if (!mkdir_p(libdir) || !dir_is_private(envdir))
+      return TSR_ERR(UNAVAILABLE, "xrt: cannot create the private XILINX_XRT directory '%s'",
+                     envdir);
+    static const char *const shims[] = {"libxrt_core.so.2", "libxrt_noop.so.2",
+                                        "libxrt_swemu.so.2", "libxrt_hwemu.so.2"};
+    for (size_t i = 0; i < sizeof shims / sizeof shims[0]; i++) {
+      char target[PATH_MAX + 64], link[PATH_MAX + 64];
+      snprintf(target, sizeof target, "%s/%s", origin, shims[i]);
+      snprintf(link, sizeof link, "%s/%s", libdir, shims[i]);
+      if (access(target, R_OK) != 0) continue;
+      if (!ensure_symlink(target, link))
+        return TSR_ERR(UNAVAILABLE, "xrt: cannot create symlink '%s' -> '%s': %s", link,
+                       target, strerror(errno));
+    }
+    snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", envdir);
+    set_xrt = true;
+  }
+
+  /* xrt.ini: the user's, or ours (runtime_log keeps XRT's banner and
+   * messages off the console unless asked for). */
+  const char *user_ini = getenv("XRT_INI_PATH");
+  bool set_ini = false;
+  if (user_ini && *user_ini) {
+    snprintf(api.ini_path, sizeof api.ini_path, "%s", user_ini);
+  } else {
+    const char *log = getenv("TSR_XRT_LOG");
+    const char *verb = getenv("TSR_XRT_VERBOSITY");
+    if (!log || !*log) log = "null";
+    long v = verb && *verb ? strtol(verb, NULL, 10) : 4;
+    if (v < 0 || v > 7) v = 4;
+    if (strpbrk(log, "\n\r"))
+      return TSR_ERR(INVALID_ARGUMENT, "xrt: TSR_XRT_LOG has a line break");
+    char ini[PATH_MAX + 64];
+    snprintf(ini, sizeof ini, "[Runtime]\nruntime_log=%s\nverbosity=%ld\n", log, v);
+    char ini_path[PATH_MAX + 64];
+    snprintf(ini_path, sizeof ini_path, "%s/xrt-%016" PRIx64 ".ini", envdir,
+             fnv1a_str(ini, 0xcbf29ce484222325ull));
+    if (access(ini_path, R_OK) != 0 && !write_file_atomic(ini_path, ini))
+      return TSR_ERR(UNAVAILABLE, "xrt: cannot write '%s': %s", ini_path, strerror(errno));
+    snprintf(api.ini_path, sizeof api.ini_path, "%s", ini_path);
+    set_ini = true;
+  }
+
+  if (set_xrt) setenv("XILINX_XRT", api.xilinx_xrt, 1);
+  if (set_mode) setenv("XCL_EMULATION_MODE", api.mode, 1);
+  if (set_ini) setenv("XRT_INI_PATH", api.ini_path, 1);
+  return TSR_OK;
+}
+
+tsr_status_t tsr_xrt_api_get(const tsr_xrt_api_t **out) {
+  *out = NULL;
+  pthread_mutex_lock(&api_mu);
+  tsr_status_t s = TSR_OK;
+  if (!api_ready) {
+    s = prepare();
+    if (!s) api_ready = true;
+  }
+  pthread_mutex_unlock(&api_mu);
+  if (s) return s;
+  *out = &api;
+  return TSR_OK;
+}
+
+/* ---- the forked probe ----------------------------------------------------- */
+
+tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *a, unsigned index) {
+  if (index < 64) {
+    pthread_mutex_lock(&api_mu);
+    bool done = probed_ok_mask >> index & 1;
+    pthread_mutex_unlock(&api_mu);
+    if (done) return TSR_OK;
+  }
+  int fds[2];
+  if (pipe(fds) != 0)
+    return TSR_ERR(UNAVAILABLE, "xrt: probe: pipe: %s", strerror(errno));
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return TSR_ERR(UNAVAILABLE, "xrt: probe: fork: %s", strerror(errno));
+  }
+  if (pid == 0) {
+    /* Child: whatever XRT prints goes to the pipe; _exit skips the
+     * parent's exit handlers. */
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    tsr_xrt_device_h d = a->deviceOpen(index);
+    if (!d) _exit(3);
+    a->deviceClose(d);
+    _exit(0);
+  }
+  close(fds[1]);
+  char text[2048];
+  size_t got = 0;
+  uint64_t deadline = (uint64_t)time(NULL) + 60;
+  for (;;) {
+    struct pollfd p = {.fd = fds[0], .events = POLLIN};
+    int r = poll(&p, 1, 1000);
+    if (r > 0) {
+      char chunk[512];
+      ssize_t n = read(fds[0], chunk, sizeof chunk);
+      if (n <= 0) break; /* EOF: the child is gone or closed its output */
+      size_t keep = (size_t)n;
+      if (got + keep >= sizeof text) { /* keep the tail, where the reason is */
+        size_t drop = got + keep - (sizeof text - 1);
+        if (drop > got) drop = got;
+        memmove(text, text + drop, got - drop);
+        got -= drop;
+        if (keep > sizeof text - 1 - got) keep = sizeof text - 1 - got;
+      }
+      memcpy(text + got, chunk, keep);
+      got += keep;
+    } else if (r < 0 && errno != EINTR) {
+      break;
+    }
+    if ((uint64_t)time(NULL) > deadline) {
+      kill(pid, SIGKILL);
+      break;
+    }
+  }
+  close(fds[0]);
+  text[got] = '\0';
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  /* The last non-empty line is XRT's reason ("what(): ...", "ERROR: ..."). */
+  char *last = text;
+  for (char *p = strtok(text, "\n"); p; p = strtok(NULL, "\n"))
+    if (*p) last = p;
+  if (WIFSIGNALED(status))
+    return TSR_ERR(UNAVAILABLE, "xrt: opening device %u killed a probe process with signal "
+                   "%d%s (mode %s, XILINX_XRT=%s): %s", index, WTERMSIG(status),
+                   WTERMSIG(status) == SIGABRT ? " (an uncaught XRT exception)" : "", a->mode,
+                   a->xilinx_xrt, *last ? last : "no message");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return TSR_ERR(UNAVAILABLE, "xrt: no device at index %u (mode %s%s)%s%s", index, a->mode,
+                   !strcmp(a->mode, "hw") ? ": no Xilinx board bound to xocl" : "",
+                   *last ? ": " : "", last);
+  if (index < 64) {
+    pthread_mutex_lock(&api_mu);
+    probed_ok_mask |= 1ull << index;
+    pthread_mutex_unlock(&api_mu);
+  }
+  return TSR_OK;
+}

@@ -1,0 +1,137 @@
+/*
+ * xrt_api.h - XRT's C API loaded at run time, and the environment XRT needs.
+ *
+ * Internal to driver/xrt (and the tests). libtessera does not link XRT: it
+ * dlopen()s libxrt_coreutil.so.2 (only that library: linking libxrt_core as
+ * well forces XRT's hardware shim), so the library builds and runs where
+ * XRT is absent and the xrt backend then reports UNAVAILABLE.
+ *
+ * XRT 2.13 ends the process with an uncaught C++ exception when XILINX_XRT
+ * is unset or does not hold lib/libxrt_{core,noop,swemu,hwemu}.so.2 (Debian
+ * installs them in the multiarch directory, not under $XILINX_XRT/lib).
+ * Before the first XRT call tsr_xrt_api_get() therefore prepares, once per
+ * process, and only for variables the user did not set:
+ *   XILINX_XRT          a private directory CACHE/xrt-HASH holding lib/ with
+ *                       symlinks to the shims next to libxrt_coreutil;
+ *   XCL_EMULATION_MODE  "noop" unless a Xilinx board is bound to the xocl
+ *                       driver (then the hardware shim is used);
+ *   XRT_INI_PATH        CACHE/xrt-HASH/xrt-HASH.ini with [Runtime]
+ *                       runtime_log (default "null": no console banner) and
+ *                       verbosity.
+ * A user-set XILINX_XRT is checked (the shim for the mode must exist under
+ * it) instead of replaced; a missing library or shim is UNAVAILABLE with
+ * the reason. The variables are set with setenv(): call this before other
+ * threads read the environment. CACHE is $TSR_XRT_CACHE, else
+ * $XDG_CACHE_HOME/tessera, else $HOME/.cache/tessera, else
+ * $TMPDIR/tessera-UID.
+ *
+ * Environment read here:
+ *   TSR_XRT_LIB        file name or path of libxrt_coreutil (default
+ *                      "libxrt_coreutil.so.2")
+ *   TSR_XRT_CACHE      cache directory (above)
+ *   TSR_XRT_LOG        runtime_log value for the generated xrt.ini
+ *                      ("null", "console", "syslog" or a file)
+ *   TSR_XRT_VERBOSITY  verbosity for the generated xrt.ini (0..7, default 4)
+ *
+ * The noop shim (XCL_EMULATION_MODE=noop) runs the host flow — device open,
+ * xclbin load, buffers, kernel open, runs — but its kernel computes nothing
+ * and refuses register access: results read back are whatever the host
+ * wrote. The backend says so in its name and callers must not trust them.
+ */
+#ifndef TSR_XRT_API_H
+#define TSR_XRT_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+/* XRT's handles are void *; these names only document which is which. */
+typedef void *tsr_xrt_device_h;
+typedef void *tsr_xrt_bo_h;
+typedef void *tsr_xrt_kernel_h;
+typedef void *tsr_xrt_run_h;
+typedef void *tsr_xrt_xclbin_h;
+
+/* enum ert_cmd_state (xrt/ert.h). */
+enum {
+  TSR_ERT_NEW = 1,
+  TSR_ERT_QUEUED = 2,
+  TSR_ERT_RUNNING = 3,
+  TSR_ERT_COMPLETED = 4,
+  TSR_ERT_ERROR = 5,
+  TSR_ERT_ABORT = 6,
+  TSR_ERT_SUBMITTED = 7,
+  TSR_ERT_TIMEOUT = 8,
+  TSR_ERT_NORESPONSE = 9,
+};
+/* enum xclBOSyncDirection (xrt.h). */
+enum { TSR_XRT_SYNC_TO_DEVICE = 0, TSR_XRT_SYNC_FROM_DEVICE = 1 };
+
+typedef struct tsr_xrt_api {
+  /* xrt_device.h */
+  tsr_xrt_device_h (*deviceOpen)(unsigned int index);
+  int (*deviceClose)(tsr_xrt_device_h);
+  int (*deviceLoadXclbinFile)(tsr_xrt_device_h, const char *path);
+  int (*deviceGetXclbinUUID)(tsr_xrt_device_h, unsigned char out[16]);
+  /* xrt_bo.h */
+  tsr_xrt_bo_h (*boAlloc)(tsr_xrt_device_h, size_t size, uint64_t flags, uint32_t grp);
+  tsr_xrt_bo_h (*boSubAlloc)(tsr_xrt_bo_h parent, size_t size, size_t offset);
+  int (*boFree)(tsr_xrt_bo_h);
+  uint64_t (*boAddress)(tsr_xrt_bo_h);
+  int (*boSync)(tsr_xrt_bo_h, int dir, size_t size, size_t offset);
+  int (*boWrite)(tsr_xrt_bo_h, const void *src, size_t size, size_t seek);
+  int (*boRead)(tsr_xrt_bo_h, void *dst, size_t size, size_t skip);
+  /* xrt_kernel.h */
+  tsr_xrt_kernel_h (*plKernelOpen)(tsr_xrt_device_h, const unsigned char uuid[16],
+                                   const char *name);
+  tsr_xrt_kernel_h (*plKernelOpenExclusive)(tsr_xrt_device_h, const unsigned char uuid[16],
+                                            const char *name);
+  int (*kernelClose)(tsr_xrt_kernel_h);
+  int (*kernelArgGroupId)(tsr_xrt_kernel_h, int argno);
+  uint32_t (*kernelArgOffset)(tsr_xrt_kernel_h, int argno);
+  int (*kernelReadRegister)(tsr_xrt_kernel_h, uint32_t offset, uint32_t *out);
+  tsr_xrt_run_h (*runOpen)(tsr_xrt_kernel_h);
+  int (*runSetArg)(tsr_xrt_run_h, int index, ...);
+  int (*runStart)(tsr_xrt_run_h);
+  int (*runWait)(tsr_xrt_run_h);                      /* enum ert_cmd_state */
+  int (*runWaitFor)(tsr_xrt_run_h, unsigned int ms);  /* enum ert_cmd_state */
+  int (*runState)(tsr_xrt_run_h);                     /* enum ert_cmd_state */
+  int (*runClose)(tsr_xrt_run_h);
+  /* experimental/xrt_xclbin.h */
+  tsr_xrt_xclbin_h (*xclbinAllocFilename)(const char *path);
+  int (*xclbinFreeHandle)(tsr_xrt_xclbin_h);
+  size_t (*xclbinGetNumKernels)(tsr_xrt_xclbin_h);
+  size_t (*xclbinGetNumKernelComputeUnits)(tsr_xrt_xclbin_h);
+  int (*xclbinGetUUID)(tsr_xrt_xclbin_h, unsigned char out[16]);
+
+  /* What was prepared (static storage). */
+  char mode[16];        /* "hw", "noop", "sw_emu" or "hw_emu"              */
+  char lib_path[512];   /* libxrt_coreutil that was loaded                 */
+  char xilinx_xrt[512]; /* XILINX_XRT in effect                            */
+  char ini_path[512];   /* XRT_INI_PATH in effect ("" if none)             */
+  char cache_dir[512];  /* private directory (xclbins are written here)    */
+} tsr_xrt_api_t;
+
+/* Loads XRT and prepares its environment (once per process; a failure is
+ * retried on the next call). *out is static storage, valid for the life of
+ * the process (XRT is never unloaded: it keeps threads and exit handlers).
+ * UNAVAILABLE with the reason when XRT cannot be used safely. */
+tsr_status_t tsr_xrt_api_get(const tsr_xrt_api_t **out);
+
+/* Opens device `index` in a forked child first (once per index and
+ * process) so that an XRT abort kills the child, not the caller. OK when
+ * the child opened the device; UNAVAILABLE (with what XRT printed) when it
+ * died or failed. Needs tsr_xrt_api_get() to have succeeded. */
+tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *api, unsigned index);
+
+/* The one conversion of an XRT error into a status: `err` is what the call
+ * returned (a positive or negative errno value) or errno after a NULL
+ * handle (0 when XRT left errno unset). */
+tsr_status_t tsr_xrt_status(int err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#endif /* TSR_XRT_API_H */

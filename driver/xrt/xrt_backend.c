@@ -1,0 +1,679 @@
+/*
+ * xrt_backend.c - backend "xrt": the tessera kernel on a Xilinx device
+ * through XRT's native C API (loaded at run time, see xrt_api.h).
+ *
+ * open():  prepares XRT's environment, opens device `index` (first in a
+ *          forked probe, so an XRT abort cannot reach the caller), loads the
+ *          xclbin (option xclbin=, else the project's own, written from
+ *          hw/regmap.def into the cache directory), opens the kernel and
+ *          refuses it unless XRT reports every argument at the offset
+ *          hw/regmap.def gives. Device memory is one buffer object (the
+ *          "arena", option mem=) in the bank the kernel's pointer arguments
+ *          connect to; alloc() sub-allocates it with devmem, so buffers keep
+ *          fixed device addresses and weights stay resident.
+ * submit(): one XRT run per command. Arguments are set with xrtRunSetArg in
+ *          the order of the TSR_ARG rows: MEM_BASE and RING as sub-buffers of
+ *          the arena (XRT passes their device addresses), MEM_SIZE and N_DESC
+ *          as scalars. Runs start at once; up to `inflight` are queued in
+ *          XRT, more wait for the oldest. A ring outside the window is
+ *          answered on the host with RING_RANGE, exactly as the kernel's
+ *          first check would, since XRT cannot pass such a pointer.
+ * wait():  xrtRunWaitFor; after ap_done the kernel's STATUS, ERR_INDEX,
+ *          DESC_DONE and counters are read with xrtKernelReadRegister when
+ *          the CU is opened exclusively and readable. The status registers
+ *          hold the last launch only, so on such a device launches are
+ *          issued one at a time (inflight=1) to report every launch's
+ *          status exactly.
+ *
+ * XRT's noop shim (used when no board is present) runs this whole host flow
+ * but computes nothing and refuses register access: the device is named
+ * "xrt (noop shim: no compute)", tsr_xrt_device_computes() is false, and
+ * the results of its launches are not results (desc_done stays 0). Real
+ * boards compute. sw_emu/hw_emu need Vitis and are not prepared here.
+ *
+ * Options ("xrt:key=value,..."):
+ *   xclbin=PATH   xclbin to load (default: the project's, generated)
+ *   kernel=NAME   kernel name in the xclbin (default tsr_kernel, or the only
+ *                 kernel of a given xclbin)
+ *   mode=hs|chain control protocol of the generated xclbin (default hs)
+ *   mem=SIZE      device memory arena (default 256M; K/M/G suffixes)
+ *   inflight=N    runs queued in XRT at once, 1..64 (default 4)
+ *   clock=MHZ     kernel clock for the caps (default 300)
+ *   probe=0|1     open the device in a forked child first (default 1)
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernel_model.h"
+
+#include "devmem.h"
+#include "hal_impl.h"
+#include "status.h"
+#include "tsr_xclbin.h"
+#include "xrt_api.h"
+#include "xrt_backend.h"
+
+#define XRT_NAME "xrt"
+
+enum cmd_state { CMD_STARTED, CMD_DONE, CMD_FAILED, CMD_ABORTED };
+
+typedef struct xrt_cmd {
+  tsr_hal_command_t cmd;
+  enum cmd_state state;
+  int ert_state;          /* last state XRT reported                     */
+  tsr_xrt_run_h run;      /* NULL once finished                          */
+  tsr_xrt_bo_h win_bo;    /* sub-buffer for MEM_BASE (NULL: the arena)   */
+  tsr_xrt_bo_h ring_bo;   /* sub-buffer for RING                         */
+  tsr_hal_result_t res;
+} xrt_cmd_t;
+
+typedef struct xrt_device {
+  tsr_hal_device_t base; /* must be first */
+  const tsr_xrt_api_t *x;
+  tsr_xrt_device_h dev;
+  tsr_xrt_kernel_h kernel;
+  tsr_xrt_bo_h arena;
+  tsr_devmem_t *dm;
+  uint64_t mem_base, mem_size; /* device addresses of the arena */
+  bool addr_nominal;           /* the shim gave no real address (noop) */
+  bool regs_readable;
+  bool computes;
+  tsr_xclbin_ctrl_t ctrl;
+  uint32_t rows, cols;
+  double clock_hz;
+  uint32_t inflight_max, in_flight;
+  size_t n_args;
+  uint32_t arg_offsets[16];
+  char kernel_name[64];
+  char xclbin[512];
+  /* options */
+  uint64_t opt_mem;
+  uint32_t opt_inflight;
+  bool opt_probe;
+  tsr_xclbin_ctrl_t opt_mode;
+  /* commands: fence f is cmds[f - 1] */
+  xrt_cmd_t *cmds;
+  uint64_t n_cmds, cap_cmds, oldest_open; /* first index that may be STARTED */
+} xrt_device_t;
+
+static xrt_device_t *as_xrt(tsr_hal_device_t *d) { return (xrt_device_t *)d; }
+
+/* ---- options ------------------------------------------------------------ */
+
+static tsr_status_t parse_options(xrt_device_t *dev, const char *options) {
+  const char *cur = options;
+  char key[32], val[512];
+  tsr_status_t err = TSR_OK;
+  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
+    uint64_t u = 0;
+    double f = 0;
+    if (!strcmp(key, "xclbin")) {
+      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "xrt: option xclbin= needs a path");
+      snprintf(dev->xclbin, sizeof dev->xclbin, "%s", val);
+    } else if (!strcmp(key, "kernel")) {
+      if (!val[0] || strlen(val) >= sizeof dev->kernel_name)
+        return TSR_ERR(INVALID_ARGUMENT, "xrt: option kernel='%s' is empty or too long", val);
+      snprintf(dev->kernel_name, sizeof dev->kernel_name, "%s", val);
+    } else if (!strcmp(key, "mode")) {
+      if (!strcmp(val, "hs")) dev->opt_mode = TSR_XCLBIN_CTRL_HS;
+      else if (!strcmp(val, "chain")) dev->opt_mode = TSR_XCLBIN_CTRL_CHAIN;
+      else return TSR_ERR(INVALID_ARGUMENT, "xrt: option mode='%s' is not hs or chain", val);
+    } else if (!strcmp(key, "mem")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(XRT_NAME, key, val, 1ull << 16, 1ull << 36, &u));
+      dev->opt_mem = u & ~(uint64_t)4095;
+    } else if (!strcmp(key, "inflight")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(XRT_NAME, key, val, 1, 64, &u));
+      dev->opt_inflight = (uint32_t)u;
+    } else if (!strcmp(key, "clock")) {
+      TSR_RETURN_IF(tsr_hal_opt_f64(XRT_NAME, key, val, 1, 5000, &f));
+      dev->clock_hz = f * 1e6;
+    } else if (!strcmp(key, "probe")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(XRT_NAME, key, val, 0, 1, &u));
+      dev->opt_probe = u != 0;
+    } else {
+      return TSR_ERR(INVALID_ARGUMENT, "xrt: unknown option '%s' (known: xclbin, kernel, "
+                     "mode, mem, inflight, clock, probe)", key);
+    }
+  }
+  return err;
+}
+
+/* ---- commands ----------------------------------------------------------- */
+
+static void release_run(xrt_device_t *dev, xrt_cmd_t *c) {
+  const tsr_xrt_api_t *x = dev->x;
+  if (c->run) x->runClose(c->run);
+  if (c->ring_bo) x->boFree(c->ring_bo);
+  if (c->win_bo) x->boFree(c->win_bo);
+  c->run = c->ring_bo = c->win_bo = NULL;
+  if (dev->in_flight) dev->in_flight--;
+}
+
+static uint64_t read_reg64(xrt_device_t *dev, uint32_t off, int *rc) {
+  uint32_t lo = 0, hi = 0;
+  *rc |= dev->x->kernelReadRegister(dev->kernel, off, &lo);
+  *rc |= dev->x->kernelReadRegister(dev->kernel, off + 4, &hi);
+  return (uint64_t)hi << 32 | lo;
+}
+
+/* The kernel's status and counters after ap_done (exclusive CU only). */
+static tsr_status_t read_result(xrt_device_t *dev, tsr_hal_result_t *r) {
+  memset(r, 0, sizeof *r);
+  if (!dev->regs_readable) return TSR_OK; /* noop: nothing ran, nothing to read */
+  int rc = 0;
+  uint32_t v = 0;
+  rc |= dev->x->kernelReadRegister(dev->kernel, TSR_STAT_STATUS, &v);
+  r->hw_status = v;
+  rc |= dev->x->kernelReadRegister(dev->kernel, TSR_STAT_ERR_INDEX, &v);
+  r->err_index = v;
+  rc |= dev->x->kernelReadRegister(dev->kernel, TSR_STAT_DESC_DONE, &v);
+  r->desc_done = v;
+  r->cycles = read_reg64(dev, TSR_STAT_CYC_BUSY, &rc);
+  r->stall_cycles = read_reg64(dev, TSR_STAT_CYC_STALL, &rc);
+  r->bytes_rd = read_reg64(dev, TSR_STAT_BYTES_RD, &rc);
+  r->bytes_wr = read_reg64(dev, TSR_STAT_BYTES_WR, &rc);
+  r->macs = read_reg64(dev, TSR_STAT_MACS, &rc);
+  if (rc) return tsr_xrt_status(rc, "xrt: reading the kernel's status registers");
+  return TSR_OK;
+}
+
+static const char *ert_name(int s) {
+  switch (s) {
+    case TSR_ERT_NEW: return "new";
+    case TSR_ERT_QUEUED: return "queued";
+    case TSR_ERT_RUNNING: return "running";
+    case TSR_ERT_COMPLETED: return "completed";
+    case TSR_ERT_ERROR: return "error";
+    case TSR_ERT_ABORT: return "abort";
+    case TSR_ERT_SUBMITTED: return "submitted";
+    case TSR_ERT_TIMEOUT: return "timeout";
+    case TSR_ERT_NORESPONSE: return "no response";
+    default: return "unknown";
+  }
+}
+
+/* Waits for command `idx` (STARTED) up to `timeout_ns` (UINT64_MAX =
+ * forever, 0 = poll) and records its outcome. */
+static tsr_status_t finish_cmd(xrt_device_t *dev, uint64_t idx, uint64_t timeout_ns) {
+  xrt_cmd_t *c = &dev->cmds[idx];
+  if (c->state != CMD_STARTED) return TSR_OK;
+  const tsr_xrt_api_t *x = dev->x;
+  int st;
+  if (timeout_ns == UINT64_MAX) {
+    st = x->runWait(c->run);
+  } else if (timeout_ns == 0) {
+    st = x->runState(c->run);
+  } else {
+    /* xrtRunWaitFor takes milliseconds, and 0 means forever. */
+    uint64_t ms = (timeout_ns + 999999) / 1000000;
+    if (ms > 0xFFFFFFFEull) ms = 0xFFFFFFFEull;
+    st = x->runWaitFor(c->run, (unsigned)ms);
+  }
+  c->ert_state = st;
+  if (st == TSR_ERT_COMPLETED) {
+    tsr_status_t s = read_result(dev, &c->res);
+    release_run(dev, c);
+    c->state = s ? CMD_FAILED : CMD_DONE;
+    return s ? tsr_status_annotate(s, "xrt: command %" PRIu64, idx + 1) : TSR_OK;
+  }
+  if (st == TSR_ERT_ERROR || st == TSR_ERT_ABORT || st == TSR_ERT_TIMEOUT ||
+      st == TSR_ERT_NORESPONSE || st <= 0 || st > 11) {
+    release_run(dev, c);
+    c->state = CMD_FAILED;
+    return TSR_ERR(DEVICE, "xrt: command %" PRIu64 " ended in XRT state %d (%s)", idx + 1, st,
+                   ert_name(st));
+  }
+  return TSR_ERR(DEADLINE_EXCEEDED, "xrt: command %" PRIu64 " not done after %" PRIu64
+                 " ns (XRT state %s)", idx + 1, timeout_ns, ert_name(st));
+}
+
+static void advance_oldest(xrt_device_t *dev) {
+  while (dev->oldest_open < dev->n_cmds && dev->cmds[dev->oldest_open].state != CMD_STARTED)
+    dev->oldest_open++;
+}
+
+static tsr_status_t xrt_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                               uint64_t *out_fence) {
+  xrt_device_t *dev = as_xrt(d);
+  const tsr_xrt_api_t *x = dev->x;
+  *out_fence = 0;
+  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "xrt: submit: NULL command");
+  if (!tsr_km_inside(cmd->window_base, cmd->window_size, dev->mem_base, dev->mem_size) ||
+      cmd->window_size == 0)
+    return TSR_ERR(OUT_OF_RANGE, "xrt: submit: window [0x%" PRIx64 ", +0x%" PRIx64 ") is empty "
+                   "or not inside device memory [0x%" PRIx64 ", +0x%" PRIx64 ")",
+                   cmd->window_base, cmd->window_size, dev->mem_base, dev->mem_size);
+  /* Keep at most inflight_max runs in XRT: finish the oldest first. */
+  while (dev->in_flight >= dev->inflight_max) {
+    advance_oldest(dev);
+    if (dev->oldest_open >= dev->n_cmds) break;
+    tsr_status_t s = finish_cmd(dev, dev->oldest_open, UINT64_MAX);
+    /* Its error is reported again to whoever waits for that fence. */
+    tsr_status_free(s);
+  }
+  if (dev->n_cmds == dev->cap_cmds) {
+    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
+    xrt_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
+    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "xrt: submit: out of host memory");
+    dev->cmds = p;
+    dev->cap_cmds = cap;
+  }
+  xrt_cmd_t *c = &dev->cmds[dev->n_cmds];
+  memset(c, 0, sizeof *c);
+  c->cmd = *cmd;
+  uint64_t fence = dev->n_cmds + 1;
+
+  /* The kernel's first check (kernel_model.h: RING_RANGE), answered here
+   * because XRT can only pass pointers into buffers it knows. */
+  uint64_t ring_len = (uint64_t)cmd->n_desc * TSR_HW_DESC_BYTES;
+  if (cmd->ring % TSR_HW_DESC_BYTES ||
+      !tsr_km_inside(cmd->ring, ring_len, cmd->window_base, cmd->window_size)) {
+    c->state = CMD_DONE;
+    c->res.hw_status = TSR_HWERR_RING_RANGE;
+    dev->n_cmds++;
+    *out_fence = fence;
+    return TSR_OK;
+  }
+  uint64_t win_off = cmd->window_base - dev->mem_base;
+  uint64_t ring_off = cmd->ring - dev->mem_base;
+  uint64_t ring_bo_len = ring_len ? ring_len : TSR_HW_DESC_BYTES;
+  if (ring_bo_len > dev->mem_size - ring_off) ring_bo_len = dev->mem_size - ring_off;
+  if (ring_bo_len == 0) { /* N_DESC 0 at the very end: nothing to run */
+    c->state = CMD_DONE;
+    dev->n_cmds++;
+    *out_fence = fence;
+    return TSR_OK;
+  }
+  tsr_status_t s = TSR_OK;
+  bool whole = win_off == 0 && cmd->window_size == dev->mem_size;
+  if (!whole && !(c->win_bo = x->boSubAlloc(dev->arena, cmd->window_size, win_off)))
+    s = tsr_xrt_status(errno, "xrt: submit: xrtBOSubAlloc for the window");
+  if (!s && !(c->ring_bo = x->boSubAlloc(dev->arena, ring_bo_len, ring_off)))
+    s = tsr_xrt_status(errno, "xrt: submit: xrtBOSubAlloc for the ring");
+  if (!s && !(c->run = x->runOpen(dev->kernel)))
+    s = tsr_xrt_status(errno, "xrt: submit: xrtRunOpen");
+  /* Arguments in the order of the TSR_ARG rows. Scalars are passed as
+   * 64-bit values: XRT reads scalar varargs as size_t. */
+  size_t n = 0;
+  const tsr_regmap_arg_t *ra = tsr_regmap_args(&n);
+  for (size_t i = 0; !s && i < n; i++) {
+    int rc;
+    switch (ra[i].offset) {
+      case TSR_ARG_MEM_BASE:
+        rc = x->runSetArg(c->run, (int)i, c->win_bo ? c->win_bo : dev->arena);
+        break;
+      case TSR_ARG_MEM_SIZE:
+        rc = x->runSetArg(c->run, (int)i, (uint64_t)cmd->window_size);
+        break;
+      case TSR_ARG_RING:
+        rc = x->runSetArg(c->run, (int)i, c->ring_bo);
+        break;
+      case TSR_ARG_N_DESC:
+        rc = x->runSetArg(c->run, (int)i, (uint64_t)cmd->n_desc);
+        break;
+      default:
+        s = TSR_ERR(INTERNAL, "xrt: hw/regmap.def argument '%s' has no value in this "
+                    "backend", ra[i].name);
+        continue;
+    }
+    if (rc) s = tsr_xrt_status(rc, "xrt: submit: xrtRunSetArg(%zu, %s)", i, ra[i].name);
+  }
+  if (!s) {
+    int rc = x->runStart(c->run);
+    if (rc) s = tsr_xrt_status(rc, "xrt: submit: xrtRunStart");
+  }
+  if (s) {
+    dev->in_flight++; /* release_run() decrements */
+    release_run(dev, c);
+    return s;
+  }
+  c->state = CMD_STARTED;
+  dev->in_flight++;
+  dev->n_cmds++;
+  *out_fence = fence;
+  return TSR_OK;
+}
+
+static tsr_status_t xrt_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
+                             tsr_hal_result_t *out) {
+  xrt_device_t *dev = as_xrt(d);
+  if (out) memset(out, 0, sizeof *out);
+  if (fence == 0 || fence > dev->n_cmds)
+    return TSR_ERR(INVALID_ARGUMENT, "xrt: wait: fence %" PRIu64 " was never issued (last is %"
+                   PRIu64 ")", fence, dev->n_cmds);
+  xrt_cmd_t *c = &dev->cmds[fence - 1];
+  /* Runs of one CU finish in order: finishing earlier ones first keeps
+   * their results (and the registers they are read from) in step. */
+  uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : tsr_hal_now_ns() + timeout_ns;
+  for (uint64_t i = dev->oldest_open; i < fence - 1; i++) {
+    if (dev->cmds[i].state != CMD_STARTED) continue;
+    uint64_t now = tsr_hal_now_ns();
+    uint64_t left = deadline == UINT64_MAX ? UINT64_MAX : deadline > now ? deadline - now : 0;
+    tsr_status_t s = finish_cmd(dev, i, left);
+    if (s && tsr_status_code(s) == TSR_STATUS_DEADLINE_EXCEEDED)
+      return tsr_status_annotate(s, "xrt: wait for command %" PRIu64, fence);
+    tsr_status_free(s);
+  }
+  if (c->state == CMD_STARTED) {
+    uint64_t now = tsr_hal_now_ns();
+    uint64_t left = deadline == UINT64_MAX ? UINT64_MAX : deadline > now ? deadline - now : 0;
+    TSR_RETURN_IF(finish_cmd(dev, fence - 1, left));
+  }
+  advance_oldest(dev);
+  if (c->state == CMD_ABORTED)
+    return TSR_ERR(DEVICE, "xrt: command %" PRIu64 " was abandoned by a reset", fence);
+  if (c->state == CMD_FAILED)
+    return TSR_ERR(DEVICE, "xrt: command %" PRIu64 " failed (XRT state %s)", fence,
+                   ert_name(c->ert_state));
+  if (out) *out = c->res;
+  return TSR_OK;
+}
+
+static tsr_status_t xrt_reset(tsr_hal_device_t *d) {
+  xrt_device_t *dev = as_xrt(d);
+  /* XRT's C API cannot abort a run: let queued runs drain (bounded), then
+   * forget them. A run that never completes means a hung kernel. */
+  tsr_status_t first = TSR_OK;
+  for (uint64_t i = dev->oldest_open; i < dev->n_cmds; i++) {
+    xrt_cmd_t *c = &dev->cmds[i];
+    if (c->state != CMD_STARTED) continue;
+    tsr_status_t s = finish_cmd(dev, i, 5000000000ull);
+    if (s && tsr_status_code(s) == TSR_STATUS_DEADLINE_EXCEEDED) {
+      first = tsr_status_join(first, tsr_status_annotate(s, "xrt: reset: the kernel does not "
+                                                         "finish; reload the xclbin"));
+      continue;
+    }
+    tsr_status_free(s);
+    c->state = CMD_ABORTED;
+  }
+  advance_oldest(dev);
+  return first;
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static tsr_status_t xrt_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
+                              tsr_hal_buffer_t *out) {
+  xrt_device_t *dev = as_xrt(d);
+  memset(out, 0, sizeof *out);
+  uint64_t addr = 0;
+  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "xrt");
+  out->addr = addr;
+  out->size = size;
+  return TSR_OK;
+}
+
+static void xrt_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
+  xrt_device_t *dev = as_xrt(d);
+  if (!buf || buf->size == 0) return;
+  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
+  buf->addr = 0;
+  buf->size = 0;
+}
+
+static tsr_status_t check_copy(xrt_device_t *dev, const tsr_hal_buffer_t *buf, uint64_t offset,
+                               size_t n, const char *what) {
+  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "xrt: %s: NULL buffer", what);
+  if (offset > buf->size || n > buf->size - offset)
+    return TSR_ERR(OUT_OF_RANGE, "xrt: %s of %zu bytes at offset %" PRIu64 " overruns the %"
+                   PRIu64 "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
+  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
+    return TSR_ERR(INVALID_ARGUMENT, "xrt: %s: buffer 0x%" PRIx64 " (%" PRIu64 " bytes) is not "
+                   "a live allocation", what, buf->addr, buf->size);
+  return TSR_OK;
+}
+
+static tsr_status_t xrt_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
+                              const void *src, size_t n) {
+  xrt_device_t *dev = as_xrt(d);
+  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  if (!n) return TSR_OK;
+  size_t at = (size_t)(buf->addr - dev->mem_base + offset);
+  int rc = dev->x->boWrite(dev->arena, src, n, at);
+  if (rc) return tsr_xrt_status(rc, "xrt: write: xrtBOWrite of %zu bytes at 0x%" PRIx64, n,
+                                buf->addr + offset);
+  rc = dev->x->boSync(dev->arena, TSR_XRT_SYNC_TO_DEVICE, n, at);
+  if (rc) return tsr_xrt_status(rc, "xrt: write: xrtBOSync to device, %zu bytes at 0x%" PRIx64,
+                                n, buf->addr + offset);
+  return TSR_OK;
+}
+
+static tsr_status_t xrt_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
+                             void *dst, size_t n) {
+  xrt_device_t *dev = as_xrt(d);
+  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  if (!n) return TSR_OK;
+  size_t at = (size_t)(buf->addr - dev->mem_base + offset);
+  int rc = dev->x->boSync(dev->arena, TSR_XRT_SYNC_FROM_DEVICE, n, at);
+  if (rc) return tsr_xrt_status(rc, "xrt: read: xrtBOSync from device, %zu bytes at 0x%" PRIx64,
+                                n, buf->addr + offset);
+  rc = dev->x->boRead(dev->arena, dst, n, at);
+  if (rc) return tsr_xrt_status(rc, "xrt: read: xrtBORead of %zu bytes at 0x%" PRIx64, n,
+                                buf->addr + offset);
+  return TSR_OK;
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+static void xrt_close(tsr_hal_device_t *d) {
+  xrt_device_t *dev = as_xrt(d);
+  if (!dev) return;
+  if (dev->x) {
+    /* Runs must be finished before their buffers and the kernel go. */
+    for (uint64_t i = dev->oldest_open; i < dev->n_cmds; i++)
+      if (dev->cmds[i].state == CMD_STARTED) {
+        tsr_status_free(finish_cmd(dev, i, 5000000000ull));
+        if (dev->cmds[i].state == CMD_STARTED) release_run(dev, &dev->cmds[i]);
+      }
+    if (dev->arena) dev->x->boFree(dev->arena);
+    if (dev->kernel) dev->x->kernelClose(dev->kernel);
+    if (dev->dev) dev->x->deviceClose(dev->dev);
+  }
+  tsr_devmem_destroy(dev->dm);
+  free(dev->cmds);
+  free(dev);
+}
+
+/* Writes the project's xclbin into the cache directory (named by its
+ * content, so concurrent processes agree) and returns its path. */
+static tsr_status_t default_xclbin(xrt_device_t *dev, char *path, size_t cap) {
+  tsr_xclbin_write_opts_t o;
+  tsr_xclbin_write_opts_init(&o);
+  o.ctrl = dev->opt_mode;
+  if (dev->kernel_name[0]) o.kernel_name = dev->kernel_name;
+  uint8_t *data = NULL;
+  size_t size = 0;
+  TSR_RETURN_IF_ERROR(tsr_xclbin_build(&o, &data, &size), "xrt: building the xclbin");
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 0x100000001b3ull;
+  free(data);
+  if ((size_t)snprintf(path, cap, "%s/tessera-%s-%s-%016" PRIx64 ".xclbin", dev->x->cache_dir,
+                       o.kernel_name, o.ctrl == TSR_XCLBIN_CTRL_CHAIN ? "chain" : "hs", h) >= cap)
+    return TSR_ERR(INVALID_ARGUMENT, "xrt: cache directory path too long");
+  if (access(path, R_OK) == 0) return TSR_OK;
+  TSR_RETURN_IF_ERROR(tsr_xclbin_write_file(&o, path), "xrt: writing the xclbin");
+  return TSR_OK;
+}
+
+static tsr_status_t open_device(xrt_device_t *dev, unsigned index) {
+  const tsr_xrt_api_t *x = dev->x;
+
+  /* The xclbin: validated by our reader and held to hw/regmap.def before
+   * XRT sees it (XRT itself checks little beyond the magic). */
+  if (!dev->xclbin[0]) TSR_RETURN_IF(default_xclbin(dev, dev->xclbin, sizeof dev->xclbin));
+  tsr_xclbin_info_t *info = NULL;
+  TSR_RETURN_IF_ERROR(tsr_xclbin_read_file(dev->xclbin, &info), "xrt");
+  const tsr_xclbin_kernel_t *k =
+      tsr_xclbin_find_kernel(info, dev->kernel_name[0] ? dev->kernel_name : NULL);
+  if (!k && !dev->kernel_name[0]) k = tsr_xclbin_find_kernel(info, TSR_XCLBIN_KERNEL_NAME);
+  if (!k) {
+    tsr_status_t s = TSR_ERR(NOT_FOUND, "xrt: xclbin '%s' has no kernel '%s' (%zu kernels)",
+                             dev->xclbin, dev->kernel_name[0] ? dev->kernel_name
+                                                              : TSR_XCLBIN_KERNEL_NAME,
+                             info->n_kernels);
+    tsr_xclbin_info_free(info);
+    return s;
+  }
+  snprintf(dev->kernel_name, sizeof dev->kernel_name, "%s", k->name);
+  tsr_status_t s = tsr_xclbin_check_regmap(k);
+  if (s) {
+    tsr_xclbin_info_free(info);
+    return tsr_status_annotate(s, "xrt: refusing xclbin '%s'", dev->xclbin);
+  }
+  dev->ctrl = tsr_xclbin_kernel_ctrl(info, k);
+  uint64_t bank_base = 0;
+  for (size_t i = 0; i < info->n_conn; i++)
+    if (info->conn[i].arg_index == 0) bank_base = info->mem[info->conn[i].mem_index].base;
+  tsr_xclbin_info_free(info);
+
+  if (dev->opt_probe) TSR_RETURN_IF(tsr_xrt_probe_device(x, index));
+  errno = 0;
+  dev->dev = x->deviceOpen(index);
+  if (!dev->dev) {
+    tsr_status_t e = tsr_xrt_status(errno, "xrt: xrtDeviceOpen(%u) (mode %s)", index, x->mode);
+    tsr_status_t u = TSR_ERR(UNAVAILABLE, "%s", tsr_status_message(e));
+    tsr_status_free(e);
+    return u;
+  }
+  int rc = x->deviceLoadXclbinFile(dev->dev, dev->xclbin);
+  if (rc) return tsr_xrt_status(rc, "xrt: xrtDeviceLoadXclbinFile('%s')", dev->xclbin);
+  unsigned char uuid[16];
+  rc = x->deviceGetXclbinUUID(dev->dev, uuid);
+  if (rc) return tsr_xrt_status(rc, "xrt: xrtDeviceGetXclbinUUID");
+  /* Exclusive access lets the host read the status registers; fall back
+   * to a shared CU if another process holds it. */
+  errno = 0;
+  dev->kernel = x->plKernelOpenExclusive(dev->dev, uuid, dev->kernel_name);
+  if (!dev->kernel) dev->kernel = x->plKernelOpen(dev->dev, uuid, dev->kernel_name);
+  if (!dev->kernel)
+    return tsr_xrt_status(errno, "xrt: xrtPLKernelOpen('%s')", dev->kernel_name);
+
+  /* The offsets XRT will write the arguments to must be the register map's. */
+  size_t n = 0;
+  const tsr_regmap_arg_t *ra = tsr_regmap_args(&n);
+  if (n > sizeof dev->arg_offsets / sizeof dev->arg_offsets[0])
+    return TSR_ERR(INTERNAL, "xrt: %zu kernel arguments is more than this backend keeps", n);
+  dev->n_args = n;
+  int grp = -1;
+  for (size_t i = 0; i < n; i++) {
+    dev->arg_offsets[i] = x->kernelArgOffset(dev->kernel, (int)i);
+    if (dev->arg_offsets[i] != ra[i].offset)
+      return TSR_ERR(FORMAT, "xrt: refusing kernel '%s': XRT places argument %zu (%s) at "
+                     "offset 0x%x, hw/regmap.def at 0x%x", dev->kernel_name, i, ra[i].name,
+                     dev->arg_offsets[i], ra[i].offset);
+    if (!ra[i].is_ptr) continue;
+    int g = x->kernelArgGroupId(dev->kernel, (int)i);
+    if (g < 0) return tsr_xrt_status(g, "xrt: xrtKernelArgGroupId(%zu, %s)", i, ra[i].name);
+    if (grp >= 0 && g != grp)
+      return TSR_ERR(UNIMPLEMENTED, "xrt: kernel '%s' connects its pointer arguments to "
+                     "different memory banks (%d and %d); one bank is supported",
+                     dev->kernel_name, grp, g);
+    grp = g;
+  }
+  if (grp < 0) grp = 0;
+
+  /* The arena: all device memory the HAL hands out. */
+  errno = 0;
+  dev->arena = x->boAlloc(dev->dev, dev->opt_mem, 0 /* XRT_BO_FLAGS_NONE */, (uint32_t)grp);
+  if (!dev->arena)
+    return tsr_xrt_status(errno ? errno : ENOMEM, "xrt: xrtBOAlloc of %" PRIu64 " bytes in bank %d",
+                          dev->opt_mem, grp);
+  uint64_t addr = x->boAddress(dev->arena);
+  dev->mem_size = dev->opt_mem;
+  /* The noop shim hands out a placeholder address (0xdeadbeef): use the
+   * bank's base from the xclbin as the nominal device address. */
+  dev->addr_nominal = addr % 4096 != 0 || addr == 0 || addr > (1ull << 62);
+  dev->mem_base = dev->addr_nominal ? (bank_base ? bank_base : 0x4000000000ull) : addr;
+  TSR_RETURN_IF(tsr_devmem_create(dev->mem_base, dev->mem_size, &dev->dm));
+
+  dev->computes = strcmp(x->mode, "noop") != 0;
+  if (dev->computes) {
+    uint32_t info_reg = 0;
+    if (x->kernelReadRegister(dev->kernel, TSR_STAT_HW_INFO, &info_reg) == 0) {
+      dev->regs_readable = true;
+      if (info_reg & 0xFF) dev->rows = info_reg & 0xFF;
+      if (info_reg >> 8 & 0xFF) dev->cols = info_reg >> 8 & 0xFF;
+    }
+  }
+  dev->inflight_max = dev->regs_readable ? 1 : dev->opt_inflight;
+  return TSR_OK;
+}
+
+static tsr_status_t xrt_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
+  *out = NULL;
+  int index = params ? params->index : 0;
+  if (index < 0) return TSR_ERR(INVALID_ARGUMENT, "xrt: device index %d", index);
+  xrt_device_t *dev = calloc(1, sizeof *dev);
+  if (!dev) return TSR_ERR(RESOURCE_EXHAUSTED, "xrt: out of host memory");
+  dev->base.vt = &tsr_hal_xrt_vtable;
+  dev->opt_mem = 256ull << 20;
+  dev->opt_inflight = 4;
+  dev->opt_probe = true;
+  dev->opt_mode = TSR_XCLBIN_CTRL_HS;
+  dev->clock_hz = 300e6;
+  dev->rows = dev->cols = 16;
+  tsr_status_t s = parse_options(dev, params ? params->options : NULL);
+  if (!s) s = tsr_xrt_api_get(&dev->x);
+  if (!s) s = open_device(dev, (unsigned)index);
+  if (s) {
+    xrt_close(&dev->base);
+    return s;
+  }
+  *out = &dev->base;
+  return TSR_OK;
+}
+
+static void xrt_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
+  xrt_device_t *dev = as_xrt(d);
+  memset(out, 0, sizeof *out);
+  if (!dev->computes)
+    snprintf(out->name, sizeof out->name, "xrt (noop shim: no compute)");
+  else
+    snprintf(out->name, sizeof out->name, "xrt (%s, %s, %ux%u)", dev->x->mode,
+             tsr_xclbin_ctrl_name(dev->ctrl), dev->rows, dev->cols);
+  out->array_rows = dev->rows;
+  out->array_cols = dev->cols;
+  out->max_dim = TSR_HW_MAX_DIM;
+  out->mem_size = dev->mem_size;
+  out->clock_hz = dev->clock_hz;
+  out->mem_bytes_per_cycle = 64;
+  /* A PCIe Gen3 x16 board through XRT: ~12 GB/s, 19-32 us per buffer sync,
+   * 45-100 us per launch. */
+  out->link_bytes_per_s = 12e9;
+  out->link_latency_s = 25e-6;
+  out->launch_latency_s = 70e-6;
+  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+}
+
+/* ---- extras (xrt_backend.h) -------------------------------------------- */
+
+size_t tsr_xrt_device_arg_offsets(tsr_hal_device_t *d, uint32_t *out, size_t cap) {
+  xrt_device_t *dev = as_xrt(d);
+  for (size_t i = 0; i < dev->n_args && i < cap; i++) out[i] = dev->arg_offsets[i];
+  return dev->n_args;
+}
+
+bool tsr_xrt_device_computes(tsr_hal_device_t *d) { return as_xrt(d)->computes; }
+
+const char *tsr_xrt_device_xclbin(tsr_hal_device_t *d) { return as_xrt(d)->xclbin; }
+
+uint32_t tsr_xrt_device_runs_in_flight(tsr_hal_device_t *d) { return as_xrt(d)->in_flight; }
+
+const tsr_hal_vtable_t tsr_hal_xrt_vtable = {
+    .name = XRT_NAME,
+    .open = xrt_open,
+    .close = xrt_close,
+    .query_caps = xrt_query_caps,
+    .alloc = xrt_alloc,
+    .free = xrt_free,
+    .write = xrt_write,
+    .read = xrt_read,
+    .submit = xrt_submit,
+    .wait = xrt_wait,
+    .reset = xrt_reset,
+};
