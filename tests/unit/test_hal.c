@@ -370,6 +370,32 @@ static void test_caps(void) {
   tsr_hal_close(dev);
 }
 
+/* The first launch of a fresh device must run with the arguments written
+ * before its ap_start (a kernel that latches them a cycle late runs the
+ * previous launch's arguments: here all zero, so N_DESC 0 and no work). */
+static void test_first_launch(void) {
+  tsr_hal_device_t *dev = open_backend(g_backend, NULL);
+  if (!dev) return;
+  for (int launch_no = 0; launch_no < 2; launch_no++) {
+    ring_run_t r = {0};
+    r.n = 1 + (uint32_t)launch_no;
+    r.cases = calloc(r.n, sizeof *r.cases);
+    for (uint32_t i = 0; i < r.n; i++)
+      add_case(&r.cases[i], 3 + launch_no, 5, 7, 0, 0, 0, FILL_RANDOM, FILL_RANDOM);
+    layout(&r, dev);
+    launch(&r, dev, NULL);
+    if (r.res.desc_done != r.n)
+      fprintf(stderr, "  launch %d ran %u of %u descriptors (status %u): were N_DESC/RING "
+              "taken from the previous launch?\n", launch_no + 1, r.res.desc_done, r.n,
+              r.res.hw_status);
+    CU_ASSERT_EQUAL(r.res.hw_status, 0);
+    CU_ASSERT_EQUAL(r.res.desc_done, r.n);
+    CU_ASSERT_EQUAL(verify(&r), 0);
+    ring_free(&r, dev);
+  }
+  tsr_hal_close(dev);
+}
+
 static void test_alloc(void) {
   tsr_hal_device_t *dev = open_backend(g_backend, NULL);
   if (!dev) return;
@@ -829,6 +855,7 @@ static int init_sim(void) { g_backend = "sim"; return 0; }
 static void add_backend_suite(const char *title, CU_InitializeFunc init) {
   CU_pSuite s = CU_add_suite(title, init, NULL);
   CU_add_test(s, "caps", test_caps);
+  CU_add_test(s, "first launches use their own arguments", test_first_launch);
   CU_add_test(s, "alloc/free/alignment/exhaustion", test_alloc);
   CU_add_test(s, "write/read range checks", test_copy);
   CU_add_test(s, "gemm random shapes and strides", test_gemm_random);
