@@ -1,0 +1,28 @@
+# usb.mk - the emulated USB board (not part of libtessera).
+#
+#   $(BUILD)/lib/libtsr_usb_emu.so   preloaded by scripts/usb-emu-run: a
+#                                    umockdev testbed with the board attached
+#   $(BUILD)/tests/test_usb          links the board firmware for in-process
+#                                    protocol and recovery tests
+USB_EMU_SO      := $(BUILD)/lib/libtsr_usb_emu.so
+USB_BOARD_OBJ   := $(BUILD)/obj/sim/usb_board/usb_board.o
+USB_EMU_OBJ     := $(BUILD)/obj/sim/usb_board/usb_emu.o
+USB_EMU_CFLAGS  := $(shell pkg-config --cflags umockdev-1.0 2>/dev/null)
+USB_EMU_LIBS    := $(shell pkg-config --libs umockdev-1.0 2>/dev/null)
+
+$(USB_EMU_OBJ): TSR_CFLAGS += $(USB_EMU_CFLAGS)
+
+$(USB_EMU_SO): $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,--exclude-libs,ALL -o $@ $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB) \
+	    $(USB_EMU_LIBS) $(TSR_LIBS)
+
+$(BUILD)/obj/tests/unit/test_usb.o: TSR_CFLAGS += -Isim/usb_board
+
+$(BUILD)/tests/test_usb: $(BUILD)/obj/tests/unit/test_usb.o $(USB_BOARD_OBJ) $(TEST_COMMON_OBJS) $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(TSR_CFLAGS) -o $@ $(filter %.o,$^) $(STATIC_LIB) -lcunit $(TSR_LIBS)
+
+.PHONY: usb-emu
+usb-emu: $(USB_EMU_SO)
+tests: $(USB_EMU_SO)
