@@ -250,15 +250,23 @@ module tsr_core #(
   logic [KcW-1:0]   c_kc_q;
   logic [TW-1:0]    t_q, tlast_q;
   logic             out_res_q;            // output bank reserved for a tile
-  logic             arrived, finishing, c_start;
+  logic             arrived, finishing, c_start, hold, issue;
+  logic [63:0]      c_c_q;                // output tile of the current step
+  logic [MLenW-1:0] c_mlen_q;
+  logic [NLenW-1:0] c_nlen_q;
   logic [63:0]      p_c_q;                // pending output tile
   logic [MLenW-1:0] p_mlen_q;
   logic [NLenW-1:0] p_nlen_q;
   logic             p_gemv_q;
 
   assign arrived   = $signed(segs_done_q - h_target) >= 0;
-  assign finishing = c_act_q && (t_q == tlast_q);
-  assign c_start   = !sf_empty && arrived && (!h_last || !out_res_q) && (!c_act_q || finishing);
+  // The last reduction step of a tile copies the accumulators into the output
+  // bank three cycles later: it waits (hold) while the writer still drains
+  // the previous tile; all other steps run regardless.
+  assign hold      = c_act_q && c_last_q && (t_q == tlast_q) && out_res_q;
+  assign issue     = c_act_q && !hold;
+  assign finishing = issue && (t_q == tlast_q);
+  assign c_start   = !sf_empty && arrived && (!c_act_q || finishing);
   assign sf_pop    = c_start;
 
   logic [TW-1:0] tbyte;                    // byte position of step t in the chunk
@@ -291,7 +299,7 @@ module tsr_core #(
       .we_i    (buf_we && buf_dest == DestA && buf_bank == BankW'(r)),
       .waddr_i (buf_waddr),
       .wdata_i (buf_wdata),
-      .re_i    (c_act_q),
+      .re_i    (issue),
       .raddr_i (a_raddr),
       .rdata_o (a_words[r*DW +: DW])
     );
@@ -302,7 +310,7 @@ module tsr_core #(
       .we_i    (buf_we && buf_dest == DestW && buf_bank == BankW'(j)),
       .waddr_i (buf_waddr),
       .wdata_i (buf_wdata),
-      .re_i    (c_act_q),
+      .re_i    (issue),
       .raddr_i (w_raddr),
       .rdata_o (w_words[j*DW +: DW])
     );
@@ -382,6 +390,7 @@ module tsr_core #(
       segs_issued_q <= '0; segs_done_q <= '0;
       c_act_q <= 1'b0; c_sa_q <= 1'b0; c_sw_q <= 1'b0; c_first_q <= 1'b0; c_last_q <= 1'b0;
       c_gemv_q <= 1'b0; c_kc_q <= '0; t_q <= '0; tlast_q <= '0;
+      c_c_q <= '0; c_mlen_q <= '0; c_nlen_q <= '0;
       out_res_q <= 1'b0; p_c_q <= '0; p_mlen_q <= '0; p_nlen_q <= '0; p_gemv_q <= 1'b0;
       p_v_q <= 1'b0; p_first_q <= 1'b0; p_last_q <= 1'b0; p_gemv_q2 <= 1'b0;
       p_idx_q <= '0; p_lanes_q <= '0;
@@ -583,20 +592,23 @@ module tsr_core #(
         c_kc_q    <= h_kc;
         t_q       <= '0;
         tlast_q   <= h_gemv ? TW'((h_kc + KcW'(Rows - 1)) >> LogRows) - TW'(1) : TW'(h_kc) - TW'(1);
-        if (h_last) begin
-          out_res_q <= 1'b1;
-          p_c_q     <= h_c;
-          p_mlen_q  <= h_mlen;
-          p_nlen_q  <= h_nlen;
-          p_gemv_q  <= h_gemv;
-        end
+        c_c_q     <= h_c;
+        c_mlen_q  <= h_mlen;
+        c_nlen_q  <= h_nlen;
       end else if (finishing) begin
         c_act_q <= 1'b0;
-      end else if (c_act_q) begin
+      end else if (issue) begin
         t_q <= t_q + TW'(1);
       end
+      if (finishing && c_last_q) begin
+        out_res_q <= 1'b1;
+        p_c_q     <= c_c_q;
+        p_mlen_q  <= c_mlen_q;
+        p_nlen_q  <= c_nlen_q;
+        p_gemv_q  <= c_gemv_q;
+      end
 
-      p_v_q     <= c_act_q;
+      p_v_q     <= issue;
       p_first_q <= c_first_q && (t_q == '0);
       p_last_q  <= c_last_q && finishing;
       p_gemv_q2 <= c_gemv_q;

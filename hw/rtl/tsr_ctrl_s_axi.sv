@@ -108,7 +108,13 @@ module tsr_ctrl_s_axi #(
   assign finish   = (kst_q == KRun) && core_done_i;
   assign ready_ev = accept;
   assign done_ev  = finish;
-  assign core_start_o = accept;
+  // The core starts one cycle after accept, when the argument copies are set.
+  logic start_q;
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) start_q <= 1'b0;
+    else start_q <= accept;
+  end
+  assign core_start_o = start_q;
 
   // ---- interrupt status: set by enabled events, toggled by the host ----
   logic [1:0] isr_n;

@@ -1,0 +1,730 @@
+/*
+ * tsr_rtl_test.c - tests of the tessera kernel RTL through the tsr_sim.h ABI.
+ *
+ * The Verilated library is loaded with dlopen (as the sim backend does), so
+ * one program tests the normal and the coverage build. Results are compared
+ * bit for bit with the naive int8 reference below.
+ *
+ *   tsr_rtl_test --lib PATH [--quick] [--wave F --wave-start N --wave-end N
+ *                --wave-depth D] [--coverage F] [--seed S] [test...]
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tsr_regmap.h"
+#include "tsr_sim.h"
+
+/* ---- the library ---- */
+static struct {
+  void (*config_init)(tsr_sim_config_t *);
+  int (*abi_version)(void);
+  int (*create)(const tsr_sim_config_t *, tsr_sim_t **, char *, size_t);
+  void (*destroy)(tsr_sim_t *);
+  void (*reset)(tsr_sim_t *);
+  int (*reg_write)(tsr_sim_t *, uint32_t, uint32_t);
+  int (*reg_read)(tsr_sim_t *, uint32_t, uint32_t *);
+  int (*mem_write)(tsr_sim_t *, uint64_t, const void *, size_t);
+  int (*mem_read)(tsr_sim_t *, uint64_t, void *, size_t);
+  int (*run)(tsr_sim_t *, uint64_t, int, uint64_t *);
+  uint64_t (*cycles)(const tsr_sim_t *);
+  int (*irq)(const tsr_sim_t *);
+  void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
+  const char *(*last_error)(const tsr_sim_t *);
+} api;
+
+static const char *g_wave, *g_cov;
+static uint64_t g_wave_start, g_wave_end;
+static int g_wave_depth, g_quick;
+static uint64_t g_seed = 1;
+static int g_fail;
+static const char *g_test;
+
+#define CHECK(cond, ...)                                                   \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "FAIL %s:%d [%s] %s: ", __FILE__, __LINE__, g_test,  \
+              #cond);                                                      \
+      fprintf(stderr, __VA_ARGS__);                                        \
+      fprintf(stderr, "\n");                                               \
+      g_fail++;                                                            \
+      return -1;                                                           \
+    }                                                                      \
+  } while (0)
+
+static uint64_t rng_state;
+static uint64_t rnd(void) { /* splitmix64 */
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static uint32_t rnd_range(uint32_t lo, uint32_t hi) { return lo + (uint32_t)(rnd() % (hi - lo + 1)); }
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- a simulator instance and its device memory ---- */
+typedef struct {
+  tsr_sim_t *sim;
+  tsr_sim_config_t cfg;
+  uint64_t next; /* bump allocator */
+  uint32_t rows, cols;
+} dev_t_;
+
+static int dev_open(dev_t_ *d, uint64_t mem_size) {
+  memset(d, 0, sizeof *d);
+  api.config_init(&d->cfg);
+  if (mem_size) d->cfg.mem_size = mem_size;
+  d->cfg.wave_path = g_wave;
+  d->cfg.wave_start = g_wave_start;
+  d->cfg.wave_end = g_wave_end;
+  d->cfg.wave_depth = g_wave_depth;
+  d->cfg.coverage_path = g_cov;
+  char err[256] = "";
+  int rc = api.create(&d->cfg, &d->sim, err, sizeof err);
+  CHECK(rc == 0 && d->sim, "create: %d %s", rc, err);
+  api.geometry(d->sim, &d->rows, &d->cols);
+  d->next = d->cfg.mem_base + 4096;
+  return 0;
+}
+
+static void dev_close(dev_t_ *d) {
+  if (d->sim) api.destroy(d->sim);
+  d->sim = NULL;
+}
+
+static uint64_t dev_alloc(dev_t_ *d, uint64_t n, uint64_t align, uint64_t skew) {
+  uint64_t a = (d->next + align - 1) / align * align + skew;
+  d->next = a + n + 64;
+  return a;
+}
+
+static int wr32(dev_t_ *d, uint32_t off, uint32_t v) {
+  int rc = api.reg_write(d->sim, off, v);
+  CHECK(rc == 0, "reg_write 0x%x: %d %s", off, rc, api.last_error(d->sim));
+  return 0;
+}
+static int rd32(dev_t_ *d, uint32_t off, uint32_t *v) {
+  int rc = api.reg_read(d->sim, off, v);
+  CHECK(rc == 0, "reg_read 0x%x: %d %s", off, rc, api.last_error(d->sim));
+  return 0;
+}
+static int rd64(dev_t_ *d, uint32_t off, uint64_t *v) {
+  uint32_t lo, hi;
+  if (rd32(d, off, &lo) || rd32(d, off + 4, &hi)) return -1;
+  *v = (uint64_t)hi << 32 | lo;
+  return 0;
+}
+
+typedef struct {
+  uint32_t status, err_index, desc_done;
+  uint64_t busy, stall, bytes_rd, bytes_wr, macs, wall_cycles;
+  double wall_s;
+} result_t;
+
+static int set_args(dev_t_ *d, uint64_t base, uint64_t size, uint64_t ring, uint32_t n) {
+  if (wr32(d, TSR_ARG_MEM_BASE, (uint32_t)base) || wr32(d, TSR_ARG_MEM_BASE + 4, base >> 32) ||
+      wr32(d, TSR_ARG_MEM_SIZE, (uint32_t)size) || wr32(d, TSR_ARG_MEM_SIZE + 4, size >> 32) ||
+      wr32(d, TSR_ARG_RING, (uint32_t)ring) || wr32(d, TSR_ARG_RING + 4, ring >> 32) ||
+      wr32(d, TSR_ARG_N_DESC, n))
+    return -1;
+  return 0;
+}
+
+static int read_result(dev_t_ *d, result_t *r) {
+  if (rd32(d, TSR_STAT_STATUS, &r->status) || rd32(d, TSR_STAT_ERR_INDEX, &r->err_index) ||
+      rd32(d, TSR_STAT_DESC_DONE, &r->desc_done) || rd64(d, TSR_STAT_CYC_BUSY, &r->busy) ||
+      rd64(d, TSR_STAT_CYC_STALL, &r->stall) || rd64(d, TSR_STAT_BYTES_RD, &r->bytes_rd) ||
+      rd64(d, TSR_STAT_BYTES_WR, &r->bytes_wr) || rd64(d, TSR_STAT_MACS, &r->macs))
+    return -1;
+  return 0;
+}
+
+/* Runs until ap_done; then reads CTRL (clears ap_done), collects the
+ * status and acknowledges with ap_continue (ap_ctrl_chain). */
+static int wait_done(dev_t_ *d, result_t *r, uint64_t budget) {
+  uint64_t ran = 0;
+  double t0 = now_s();
+  int rc = api.run(d->sim, budget, 1, &ran);
+  if (r) {
+    r->wall_s = now_s() - t0;
+    r->wall_cycles = ran;
+  }
+  CHECK(rc == 1, "run returned %d after %" PRIu64 " cycles: %s", rc, ran, api.last_error(d->sim));
+  uint32_t ctrl;
+  if (rd32(d, TSR_REG_CTRL, &ctrl)) return -1;
+  CHECK(ctrl & TSR_CTRL_AP_DONE, "CTRL 0x%x without ap_done", ctrl);
+  if (r && read_result(d, r)) return -1;
+  return wr32(d, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE);
+}
+
+static int launch(dev_t_ *d, uint64_t base, uint64_t size, uint64_t ring, uint32_t n, result_t *r) {
+  if (set_args(d, base, size, ring, n) || wr32(d, TSR_REG_CTRL, TSR_CTRL_AP_START)) return -1;
+  return wait_done(d, r, 50000000);
+}
+
+/* ---- matmul problems ---- */
+typedef struct {
+  uint32_t m, n, k, lda, ldw, ldc;
+  uint64_t a, w, c;
+  int8_t *ha, *hw;
+  int32_t *ref;
+  size_t c_bytes;
+} prob_t;
+
+static void ref_gemm(prob_t *p) {
+  for (uint32_t i = 0; i < p->m; i++)
+    for (uint32_t j = 0; j < p->n; j++) {
+      int32_t s = 0;
+      for (uint32_t k = 0; k < p->k; k++)
+        s += (int32_t)p->ha[(size_t)i * p->lda + k] * (int32_t)p->hw[(size_t)j * p->ldw + k];
+      p->ref[(size_t)i * (p->ldc / 4) + j] = s;
+    }
+}
+
+/* fill: 0 random, 1 all -128, 2 small */
+static int prob_make(dev_t_ *d, prob_t *p, uint32_t m, uint32_t n, uint32_t k, int pad,
+                     int fill) {
+  memset(p, 0, sizeof *p);
+  p->m = m, p->n = n, p->k = k;
+  p->lda = k + (pad ? rnd_range(0, 70) : 0);
+  p->ldw = k + (pad ? rnd_range(0, 70) : 0);
+  p->ldc = 4 * (n + (pad ? rnd_range(0, 20) : 0));
+  size_t asz = (size_t)(m - 1) * p->lda + k, wsz = (size_t)(n - 1) * p->ldw + k;
+  p->c_bytes = (size_t)(m - 1) * p->ldc + 4 * n;
+  p->ha = malloc((size_t)m * p->lda);
+  p->hw = malloc((size_t)n * p->ldw);
+  p->ref = calloc((size_t)m * p->ldc / 4 + 1, 4);
+  for (size_t i = 0; i < (size_t)m * p->lda; i++)
+    p->ha[i] = fill == 1 ? -128 : fill == 2 ? (int8_t)(rnd() % 7 - 3) : (int8_t)(rnd() >> 56);
+  for (size_t i = 0; i < (size_t)n * p->ldw; i++)
+    p->hw[i] = fill == 1 ? -128 : fill == 2 ? (int8_t)(rnd() % 7 - 3) : (int8_t)(rnd() >> 56);
+  p->a = dev_alloc(d, asz, pad ? 1 : 64, pad ? rnd_range(0, 63) : 0);
+  p->w = dev_alloc(d, wsz, pad ? 1 : 64, pad ? rnd_range(0, 63) : 0);
+  p->c = dev_alloc(d, p->c_bytes + 128, 64, 64 + (pad ? 4 * rnd_range(0, 15) : 0));
+  CHECK(api.mem_write(d->sim, p->a, p->ha, asz) == 0, "mem_write A");
+  CHECK(api.mem_write(d->sim, p->w, p->hw, wsz) == 0, "mem_write W");
+  /* guard bytes before and after C and between its rows */
+  uint8_t *g = malloc(p->c_bytes + 128);
+  memset(g, 0xA5, p->c_bytes + 128);
+  CHECK(api.mem_write(d->sim, p->c - 64, g, p->c_bytes + 128) == 0, "mem_write C guard");
+  free(g);
+  ref_gemm(p);
+  return 0;
+}
+
+static void prob_free(prob_t *p) {
+  free(p->ha), free(p->hw), free(p->ref);
+  memset(p, 0, sizeof *p);
+}
+
+static void prob_desc(const prob_t *p, uint8_t out[64]) {
+  tsr_desc_t dsc = {TSR_OP_GEMM_I8_I32, 0, p->m, p->n, p->k, p->lda, p->ldw, p->ldc,
+                    p->a, p->w, p->c, 0};
+  tsr_desc_pack(out, &dsc);
+}
+
+/* C equals the reference, guard bytes (before, after, row padding) intact. */
+static int prob_check(dev_t_ *d, const prob_t *p) {
+  size_t n = p->c_bytes + 128;
+  uint8_t *got = malloc(n);
+  CHECK(api.mem_read(d->sim, p->c - 64, got, n) == 0, "mem_read C");
+  for (size_t i = 0; i < n; i++) {
+    size_t off = i - 64;
+    int in_c = i >= 64 && off < p->c_bytes && (off % p->ldc) < 4 * p->n;
+    if (!in_c) {
+      if (got[i] != 0xA5) {
+        free(got);
+        CHECK(0, "guard byte at C%+ld changed to 0x%02x (M=%u N=%u K=%u)", (long)i - 64,
+              got[i], p->m, p->n, p->k);
+      }
+    } else if (off % 4 == 0) {
+      int32_t v;
+      memcpy(&v, got + i, 4);
+      size_t row = off / p->ldc, col = (off % p->ldc) / 4;
+      int32_t want = p->ref[row * (p->ldc / 4) + col];
+      if (v != want) {
+        free(got);
+        CHECK(0, "C[%zu][%zu] = %d, want %d (M=%u N=%u K=%u lda=%u ldw=%u ldc=%u)", row, col, v,
+              want, p->m, p->n, p->k, p->lda, p->ldw, p->ldc);
+      }
+    }
+  }
+  free(got);
+  return 0;
+}
+
+static uint64_t write_ring(dev_t_ *d, prob_t *ps, int n) {
+  uint64_t ring = dev_alloc(d, 64 * (uint64_t)n, 64, 0);
+  uint8_t *buf = malloc(64 * (size_t)n);
+  for (int i = 0; i < n; i++) prob_desc(&ps[i], buf + 64 * i);
+  api.mem_write(d->sim, ring, buf, 64 * (size_t)n);
+  free(buf);
+  return ring;
+}
+
+/* Runs problems in one ring and checks each, plus MACS and BYTES_WR. */
+static int run_probs(dev_t_ *d, prob_t *ps, int n, result_t *out) {
+  uint64_t ring = write_ring(d, ps, n);
+  result_t r;
+  if (launch(d, d->cfg.mem_base, d->cfg.mem_size, ring, n, &r)) return -1;
+  CHECK(r.status == 0, "status %u at descriptor %u", r.status, r.err_index);
+  CHECK(r.desc_done == (uint32_t)n, "desc_done %u of %d", r.desc_done, n);
+  uint64_t macs = 0, wr = 0, rd_min = 64ull * n;
+  for (int i = 0; i < n; i++) {
+    if (prob_check(d, &ps[i])) return -1;
+    macs += (uint64_t)ps[i].m * ps[i].n * ps[i].k;
+    wr += 4ull * ps[i].m * ps[i].n;
+    rd_min += (uint64_t)ps[i].m * ps[i].k + (uint64_t)ps[i].n * ps[i].k;
+  }
+  CHECK(r.macs == macs, "MACS %" PRIu64 " want %" PRIu64, r.macs, macs);
+  CHECK(r.bytes_wr == wr, "BYTES_WR %" PRIu64 " want %" PRIu64, r.bytes_wr, wr);
+  CHECK(r.bytes_rd >= rd_min, "BYTES_RD %" PRIu64 " below %" PRIu64, r.bytes_rd, rd_min);
+  CHECK(r.busy > 0 && r.stall <= r.busy, "CYC_BUSY %" PRIu64 " CYC_STALL %" PRIu64, r.busy,
+        r.stall);
+  if (out) *out = r;
+  return 0;
+}
+
+/* ---- tests ---- */
+static int t_regs(void) {
+  dev_t_ d;
+  if (dev_open(&d, 1 << 20)) return -1;
+  uint32_t v;
+  if (rd32(&d, TSR_STAT_HW_INFO, &v)) return -1;
+  CHECK((v & 0xff) == d.rows && (v >> 8 & 0xff) == d.cols && (v >> 16 & 0xff) == TSR_HW_IF_VERSION,
+        "HW_INFO 0x%08x", v);
+  if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK(v == TSR_CTRL_AP_IDLE, "CTRL after reset 0x%x", v);
+  uint32_t offs[] = {TSR_ARG_MEM_BASE, TSR_ARG_MEM_BASE + 4, TSR_ARG_MEM_SIZE, TSR_ARG_MEM_SIZE + 4,
+                     TSR_ARG_RING, TSR_ARG_RING + 4, TSR_ARG_N_DESC};
+  for (unsigned i = 0; i < sizeof offs / sizeof offs[0]; i++)
+    if (wr32(&d, offs[i], 0x11111111u * (i + 1))) return -1;
+  for (unsigned i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+    if (rd32(&d, offs[i], &v)) return -1;
+    CHECK(v == 0x11111111u * (i + 1), "arg 0x%x read 0x%x", offs[i], v);
+  }
+  /* status registers are read-only, unmapped offsets read 0 */
+  if (wr32(&d, TSR_STAT_STATUS, 7) || rd32(&d, TSR_STAT_STATUS, &v)) return -1;
+  CHECK(v == 0, "STATUS writable: %u", v);
+  if (rd32(&d, 0x7C, &v)) return -1;
+  CHECK(v == 0, "unmapped 0x7C reads 0x%x", v);
+  /* outside the 0x80 window or misaligned: SLVERR */
+  CHECK(api.reg_read(d.sim, TSR_HW_CTRL_BYTES, &v) < 0, "read beyond the window accepted");
+  CHECK(api.reg_write(d.sim, 0x102, 1) < 0, "misaligned write accepted");
+  if (rd32(&d, TSR_REG_GIE, &v)) return -1; /* bus still works */
+  dev_close(&d);
+  return 0;
+}
+
+static int t_ctrl(void) {
+  dev_t_ d;
+  if (dev_open(&d, 1 << 20)) return -1;
+  uint32_t v, isr;
+  uint64_t ran;
+  /* ap_ctrl_hs: empty ring, interrupts off */
+  if (set_args(&d, d.cfg.mem_base, d.cfg.mem_size, d.cfg.mem_base, 0)) return -1;
+  if (wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_START)) return -1;
+  CHECK(api.run(d.sim, 100, 1, &ran) == 1, "no ap_done");
+  CHECK(api.irq(d.sim) == 0, "interrupt without GIE");
+  if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK((v & (TSR_CTRL_AP_DONE | TSR_CTRL_AP_READY)) == (TSR_CTRL_AP_DONE | TSR_CTRL_AP_READY) &&
+        !(v & TSR_CTRL_AP_START) && !(v & TSR_CTRL_AP_IDLE), "CTRL at done 0x%x", v);
+  if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK(!(v & (TSR_CTRL_AP_DONE | TSR_CTRL_AP_READY)), "done/ready not cleared on read: 0x%x", v);
+  if (rd32(&d, TSR_REG_ISR, &isr)) return -1;
+  CHECK(isr == 0, "ISR set with IER=0: %u", isr);
+  /* ap_continue returns the kernel to idle */
+  if (wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE) || rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK(v == TSR_CTRL_AP_IDLE, "CTRL after continue 0x%x", v);
+  /* interrupts: IER both, GIE on */
+  if (wr32(&d, TSR_REG_IER, 3) || wr32(&d, TSR_REG_GIE, 1)) return -1;
+  if (wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_START)) return -1;
+  CHECK(api.run(d.sim, 100, 1, &ran) == 1, "no ap_done");
+  CHECK(api.irq(d.sim) == 1, "no interrupt");
+  if (rd32(&d, TSR_REG_ISR, &isr)) return -1;
+  CHECK(isr == 3, "ISR 0x%x, want done|ready", isr);
+  if (wr32(&d, TSR_REG_ISR, 1) || rd32(&d, TSR_REG_ISR, &isr)) return -1; /* toggle done */
+  CHECK(isr == 2 && api.irq(d.sim) == 1, "ISR after toggling bit 0: 0x%x", isr);
+  if (wr32(&d, TSR_REG_ISR, 2) || rd32(&d, TSR_REG_ISR, &isr)) return -1;
+  CHECK(isr == 0 && api.irq(d.sim) == 0, "ISR after toggling bit 1: 0x%x irq %d", isr,
+        api.irq(d.sim));
+  if (wr32(&d, TSR_REG_ISR, 1) || rd32(&d, TSR_REG_ISR, &isr)) return -1; /* toggle sets too */
+  CHECK(isr == 1 && api.irq(d.sim) == 1, "ISR toggle from 0: 0x%x", isr);
+  if (wr32(&d, TSR_REG_GIE, 0)) return -1;
+  CHECK(api.irq(d.sim) == 0, "interrupt with GIE=0");
+  if (wr32(&d, TSR_REG_ISR, 1) || rd32(&d, TSR_REG_CTRL, &v) ||
+      wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE))
+    return -1;
+
+  /* ap_ctrl_chain: queue a second start while the first runs */
+  prob_t p1, p2;
+  if (prob_make(&d, &p1, 40, 40, 200, 0, 0) || prob_make(&d, &p2, 17, 5, 33, 1, 0)) return -1;
+  uint64_t r1 = write_ring(&d, &p1, 1), r2 = write_ring(&d, &p2, 1);
+  if (set_args(&d, d.cfg.mem_base, d.cfg.mem_size, r1, 1) ||
+      wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_START))
+    return -1;
+  if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK((v & TSR_CTRL_AP_READY) && !(v & TSR_CTRL_AP_IDLE) && !(v & TSR_CTRL_AP_START),
+        "CTRL while running 0x%x", v);
+  if (set_args(&d, d.cfg.mem_base, d.cfg.mem_size, r2, 1) ||
+      wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_START))
+    return -1; /* queued */
+  CHECK(api.run(d.sim, 1000000, 1, &ran) == 1, "first run never done");
+  if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK((v & TSR_CTRL_AP_DONE) && (v & TSR_CTRL_AP_START) && !(v & TSR_CTRL_AP_IDLE),
+        "CTRL at first done with a queued start: 0x%x", v);
+  /* held until ap_continue: nothing else runs */
+  CHECK(api.run(d.sim, 2000, 1, &ran) == 0, "ap_done again without continue");
+  if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+  CHECK(!(v & TSR_CTRL_AP_READY) && (v & TSR_CTRL_AP_START), "second start taken early 0x%x", v);
+  result_t r;
+  if (read_result(&d, &r)) return -1;
+  CHECK(r.macs == 40ull * 40 * 200 && r.status == 0, "first run status %u macs %" PRIu64, r.status,
+        r.macs);
+  if (prob_check(&d, &p1)) return -1;
+  if (wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE)) return -1;
+  if (wait_done(&d, &r, 1000000)) return -1;
+  CHECK(r.macs == 17ull * 5 * 33 && r.status == 0, "second run status %u macs %" PRIu64, r.status,
+        r.macs);
+  if (prob_check(&d, &p2)) return -1;
+
+  /* auto_restart: the kernel restarts by itself until it is cleared */
+  if (set_args(&d, d.cfg.mem_base, d.cfg.mem_size, r2, 0)) return -1;
+  if (wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_START | TSR_CTRL_AUTO_RESTART)) return -1;
+  int dones = 0;
+  for (int i = 0; i < 5; i++) {
+    if (api.run(d.sim, 200, 1, &ran) != 1) break;
+    if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+    CHECK(v & TSR_CTRL_AUTO_RESTART, "auto_restart lost: 0x%x", v);
+    dones++;
+  }
+  CHECK(dones == 5, "auto_restart gave %d runs", dones);
+  if (wr32(&d, TSR_REG_CTRL, 0)) return -1; /* clear auto_restart */
+  /* the run under way (and one whose start was taken as the bit cleared)
+   * still completes and waits for ap_continue */
+  for (int i = 0; i < 4; i++) {
+    api.run(d.sim, 200, 0, &ran);
+    if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
+    if ((v & TSR_CTRL_AP_IDLE) && !(v & TSR_CTRL_AP_START)) break;
+    if (wr32(&d, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE)) return -1;
+  }
+  CHECK((v & TSR_CTRL_AP_IDLE) && !(v & TSR_CTRL_AP_START), "after auto_restart off: 0x%x", v);
+  prob_free(&p1), prob_free(&p2);
+  dev_close(&d);
+  return 0;
+}
+
+static int t_gemm_small(void) {
+  dev_t_ d;
+  if (dev_open(&d, 16 << 20)) return -1;
+  prob_t p[4];
+  if (prob_make(&d, &p[0], 1, 1, 1, 0, 0) || prob_make(&d, &p[1], 16, 16, 64, 0, 0) ||
+      prob_make(&d, &p[2], 5, 7, 9, 1, 0) || prob_make(&d, &p[3], 2, 33, 100, 1, 0))
+    return -1;
+  int rc = run_probs(&d, p, 4, NULL);
+  for (int i = 0; i < 4; i++) prob_free(&p[i]);
+  dev_close(&d);
+  return rc;
+}
+
+static int t_gemm_random(void) {
+  dev_t_ d;
+  if (dev_open(&d, 64 << 20)) return -1;
+  int rounds = g_quick ? 1 : 3, per = g_quick ? 6 : 12;
+  for (int round = 0; round < rounds; round++) {
+    prob_t p[12];
+    for (int i = 0; i < per; i++) {
+      uint32_t m = rnd_range(1, i % 3 == 0 ? 4 : 70), n = rnd_range(1, 70),
+               k = rnd_range(1, i % 4 == 0 ? 300 : 90);
+      if (prob_make(&d, &p[i], m, n, k, (int)(rnd() & 1), 0)) return -1;
+    }
+    int rc = run_probs(&d, p, per, NULL);
+    for (int i = 0; i < per; i++) prob_free(&p[i]);
+    if (rc) return rc;
+    d.next = d.cfg.mem_base + 4096;
+  }
+  dev_close(&d);
+  return 0;
+}
+
+static int t_gemm_edges(void) {
+  dev_t_ d;
+  if (dev_open(&d, 64 << 20)) return -1;
+  /* K = 1; M = 1 and 3 (GEMV lanes); long K over two chunks with -128 * -128;
+   * N, M not multiples of the array; K just above a chunk */
+  prob_t p[7];
+  if (prob_make(&d, &p[0], 37, 29, 1, 1, 0) || prob_make(&d, &p[1], 1, 300, 257, 1, 0) ||
+      prob_make(&d, &p[2], 3, 19, 77, 1, 0) ||
+      prob_make(&d, &p[3], 17, 18, g_quick ? 4200 : 9000, 0, 1) ||
+      prob_make(&d, &p[4], 1, 33, 4097, 1, 1) || prob_make(&d, &p[5], 33, 1, 65, 1, 0) ||
+      prob_make(&d, &p[6], 2, 2, 4096 + 17, 1, 0))
+    return -1;
+  int rc = run_probs(&d, p, 7, NULL);
+  if (!rc) {
+    int32_t v;
+    api.mem_read(d.sim, p[3].c, &v, 4);
+    CHECK(v == 16384 * (int32_t)p[3].k, "extreme accumulation %d", v);
+  }
+  for (int i = 0; i < 7; i++) prob_free(&p[i]);
+  dev_close(&d);
+  return rc;
+}
+
+static int t_many_tiles(void) {
+  dev_t_ d;
+  if (dev_open(&d, 64 << 20)) return -1;
+  enum { N = 40 };
+  prob_t p[N];
+  for (int i = 0; i < N; i++)
+    if (prob_make(&d, &p[i], rnd_range(1, 20), rnd_range(1, 20), rnd_range(1, 40), 1, 2)) return -1;
+  int rc = run_probs(&d, p, N, NULL);
+  for (int i = 0; i < N; i++) prob_free(&p[i]);
+  dev_close(&d);
+  return rc;
+}
+
+/* Every refusal: error code, index, nothing touched outside the results of
+ * the descriptors before the bad one. */
+static int t_refuse(void) {
+  dev_t_ d;
+  if (dev_open(&d, 4 << 20)) return -1;
+  uint64_t base = d.cfg.mem_base, wbase = base + 4096, wsize = (2 << 20) - 4096;
+  prob_t good, bad;
+  d.next = wbase;
+  if (prob_make(&d, &good, 9, 9, 9, 1, 0) || prob_make(&d, &bad, 4, 4, 4, 0, 0)) return -1;
+  typedef struct { const char *what; uint32_t want; tsr_desc_t d; } rcase_t;
+  tsr_desc_t ok = {TSR_OP_GEMM_I8_I32, 0, bad.m, bad.n, bad.k, bad.lda, bad.ldw, bad.ldc,
+                   bad.a, bad.w, bad.c, 0};
+  rcase_t rc[24];
+  int n = 0;
+#define ADD(w, code, field, val) \
+  do { rc[n].what = w; rc[n].want = code; rc[n].d = ok; rc[n].d.field = val; n++; } while (0)
+  ADD("opcode 7", TSR_HWERR_BAD_OPCODE, opcode, 7);
+  ADD("flags", TSR_HWERR_BAD_OPCODE, flags, 1);
+  ADD("reserved", TSR_HWERR_BAD_OPCODE, rsvd, 1);
+  ADD("M = 0", TSR_HWERR_BAD_DIMS, m, 0);
+  ADD("N = 0", TSR_HWERR_BAD_DIMS, n, 0);
+  ADD("K = 0", TSR_HWERR_BAD_DIMS, k, 0);
+  ADD("K > MAX_DIM", TSR_HWERR_BAD_DIMS, k, TSR_HW_MAX_DIM + 1);
+  ADD("LDA < K", TSR_HWERR_BAD_STRIDE, lda, bad.k - 1);
+  ADD("LDW < K", TSR_HWERR_BAD_STRIDE, ldw, bad.k - 1);
+  ADD("LDC < 4N", TSR_HWERR_BAD_STRIDE, ldc, 4 * bad.n - 4);
+  ADD("LDC % 4", TSR_HWERR_BAD_STRIDE, ldc, 4 * bad.n + 2);
+  ADD("C % 4", TSR_HWERR_BAD_STRIDE, c_addr, bad.c + 2);
+  ADD("A below", TSR_HWERR_ADDR_RANGE, a_addr, wbase - 1);
+  ADD("A above", TSR_HWERR_ADDR_RANGE, a_addr, wbase + wsize - bad.k);
+  ADD("W below", TSR_HWERR_ADDR_RANGE, w_addr, base);
+  ADD("W above", TSR_HWERR_ADDR_RANGE, w_addr, wbase + wsize);
+  ADD("C below", TSR_HWERR_ADDR_RANGE, c_addr, wbase - 4);
+  ADD("C above", TSR_HWERR_ADDR_RANGE, c_addr, wbase + wsize - 4 * bad.n);
+  ADD("A wraps", TSR_HWERR_ADDR_RANGE, a_addr, UINT64_MAX - 8);
+  ADD("LDA huge", TSR_HWERR_ADDR_RANGE, lda, 0x80000000u);
+  size_t snap_n = 3 << 20;
+  uint8_t *before = malloc(snap_n), *after = malloc(snap_n);
+  for (int i = 0; i < n; i++) {
+    /* ring: [good, bad] */
+    uint8_t ringb[128];
+    prob_desc(&good, ringb);
+    tsr_desc_pack(ringb + 64, &rc[i].d);
+    uint64_t ring = wbase + wsize - 128;
+    api.mem_write(d.sim, ring, ringb, 128);
+    uint8_t guard[256];
+    memset(guard, 0xA5, sizeof guard);
+    api.mem_write(d.sim, good.c - 64, guard, 64);
+    api.mem_read(d.sim, base, before, snap_n);
+    result_t r;
+    if (launch(&d, wbase, wsize, ring, 2, &r)) return -1;
+    CHECK(r.status == rc[i].want && r.err_index == 1 && r.desc_done == 1,
+          "%s: status %u index %u done %u, want status %u", rc[i].what, r.status, r.err_index,
+          r.desc_done, rc[i].want);
+    if (prob_check(&d, &good)) return -1;
+    api.mem_read(d.sim, base, after, snap_n);
+    for (size_t j = 0; j < snap_n; j++) {
+      uint64_t a = base + j;
+      int in_good_c = a >= good.c && a < good.c + good.c_bytes;
+      if (!in_good_c && before[j] != after[j])
+        CHECK(0, "%s: byte at 0x%" PRIx64 " changed", rc[i].what, a);
+    }
+  }
+  /* ring checks: misaligned, outside, straddling the end */
+  struct { const char *what; uint64_t ring; uint32_t n; } rr[] = {
+      {"ring misaligned", wbase + 32, 1},
+      {"ring below", base, 1},
+      {"ring past end", wbase + wsize - 64, 2},
+  };
+  for (unsigned i = 0; i < sizeof rr / sizeof rr[0]; i++) {
+    api.mem_read(d.sim, base, before, snap_n);
+    result_t r;
+    if (launch(&d, wbase, wsize, rr[i].ring, rr[i].n, &r)) return -1;
+    CHECK(r.status == TSR_HWERR_RING_RANGE && r.desc_done == 0 && r.bytes_rd == 0,
+          "%s: status %u done %u bytes_rd %" PRIu64, rr[i].what, r.status, r.desc_done,
+          r.bytes_rd);
+    api.mem_read(d.sim, base, after, snap_n);
+    CHECK(memcmp(before, after, snap_n) == 0, "%s: memory changed", rr[i].what);
+  }
+  /* memory error: window larger than the memory: DECERR -> AXI_ERROR */
+  {
+    prob_t e = bad;
+    tsr_desc_t dd = ok;
+    dd.w_addr = base + d.cfg.mem_size + 4096; /* inside the window, outside memory */
+    uint8_t ringb[64];
+    tsr_desc_pack(ringb, &dd);
+    uint64_t ring = wbase;
+    api.mem_write(d.sim, ring, ringb, 64);
+    result_t r;
+    if (launch(&d, base, 1ull << 30, ring, 1, &r)) return -1;
+    CHECK(r.status == TSR_HWERR_AXI_ERROR && r.err_index == 0, "DECERR: status %u", r.status);
+    (void)e;
+  }
+  /* and the kernel still works afterwards */
+  {
+    result_t r;
+    uint64_t ring = write_ring(&d, &good, 1);
+    if (launch(&d, wbase, wsize, ring, 1, &r)) return -1;
+    CHECK(r.status == 0, "after errors: status %u", r.status);
+  }
+  free(before), free(after);
+  prob_free(&good), prob_free(&bad);
+  dev_close(&d);
+  return 0;
+}
+
+static int t_instances(void) {
+  dev_t_ a, b;
+  if (dev_open(&a, 8 << 20) || dev_open(&b, 8 << 20)) return -1;
+  prob_t pa, pb;
+  if (prob_make(&a, &pa, 20, 30, 50, 1, 0) || prob_make(&b, &pb, 31, 3, 70, 1, 0)) return -1;
+  uint64_t ra = write_ring(&a, &pa, 1), rb = write_ring(&b, &pb, 1);
+  if (set_args(&a, a.cfg.mem_base, a.cfg.mem_size, ra, 1) ||
+      set_args(&b, b.cfg.mem_base, b.cfg.mem_size, rb, 1) ||
+      wr32(&a, TSR_REG_CTRL, TSR_CTRL_AP_START) || wr32(&b, TSR_REG_CTRL, TSR_CTRL_AP_START))
+    return -1;
+  uint64_t ran;
+  for (int i = 0; i < 100; i++) api.run(a.sim, 50, 1, &ran), api.run(b.sim, 50, 1, &ran);
+  result_t r;
+  if (wait_done(&a, &r, 1000000) || wait_done(&b, &r, 1000000)) return -1;
+  if (prob_check(&a, &pa) || prob_check(&b, &pb)) return -1;
+  prob_free(&pa), prob_free(&pb);
+  dev_close(&a), dev_close(&b);
+  return 0;
+}
+
+/* Performance: MAC utilization at 256^3, GEMV 1 x 4096 x 4096 vs memory. */
+static int t_perf(void) {
+  dev_t_ d;
+  if (dev_open(&d, 64 << 20)) return -1;
+  prob_t p;
+  result_t r;
+  if (prob_make(&d, &p, 256, 256, 256, 0, 0) || run_probs(&d, &p, 1, &r)) return -1;
+  double util = (double)p.m * p.n * p.k / ((double)r.busy * d.rows * d.cols);
+  printf("REPORT rtl gemm 256x256x256 (%ux%u array): %" PRIu64 " cycles, MAC utilization %.1f%%, "
+         "stall %" PRIu64 ", sim %.0f cycles/s\n", d.rows, d.cols, r.busy, 100 * util, r.stall,
+         r.wall_cycles / r.wall_s);
+  CHECK(util >= 0.90, "MAC utilization %.3f below 0.90", util);
+  prob_free(&p);
+  d.next = d.cfg.mem_base + 4096;
+  uint32_t nk = g_quick ? 1024 : 4096;
+  if (prob_make(&d, &p, 1, nk, nk, 0, 0) || run_probs(&d, &p, 1, &r)) return -1;
+  double bytes = (double)nk * nk + nk + 4.0 * nk;
+  double frac = bytes / ((double)r.busy * d.cfg.mem_bytes_per_cycle);
+  printf("REPORT rtl gemv 1x%ux%u: %" PRIu64 " cycles, %.1f%% of modeled bandwidth "
+         "(%u B/cycle, latency %u, %u outstanding), sim %.0f cycles/s\n", nk, nk, r.busy,
+         100 * frac, d.cfg.mem_bytes_per_cycle, d.cfg.mem_latency, d.cfg.mem_max_outstanding,
+         r.wall_cycles / r.wall_s);
+  CHECK(frac >= 0.85, "GEMV bandwidth fraction %.3f below 0.85", frac);
+  prob_free(&p);
+  dev_close(&d);
+  return 0;
+}
+
+static const struct { const char *name; int (*fn)(void); int quick; } tests[] = {
+    {"regs", t_regs, 1},           {"ctrl", t_ctrl, 1},
+    {"gemm_small", t_gemm_small, 1}, {"gemm_edges", t_gemm_edges, 1},
+    {"gemm_random", t_gemm_random, 1}, {"many_tiles", t_many_tiles, 1},
+    {"refuse", t_refuse, 1},       {"instances", t_instances, 1},
+    {"perf", t_perf, 0},
+};
+
+static void *sym(void *h, const char *name) {
+  void *p = dlsym(h, name);
+  if (!p) {
+    fprintf(stderr, "missing symbol %s\n", name);
+    exit(2);
+  }
+  return p;
+}
+
+int main(int argc, char **argv) {
+  const char *lib = NULL;
+  const char *only[32];
+  int n_only = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--lib") && i + 1 < argc) lib = argv[++i];
+    else if (!strcmp(a, "--wave") && i + 1 < argc) g_wave = argv[++i];
+    else if (!strcmp(a, "--wave-start") && i + 1 < argc) g_wave_start = strtoull(argv[++i], 0, 0);
+    else if (!strcmp(a, "--wave-end") && i + 1 < argc) g_wave_end = strtoull(argv[++i], 0, 0);
+    else if (!strcmp(a, "--wave-depth") && i + 1 < argc) g_wave_depth = atoi(argv[++i]);
+    else if (!strcmp(a, "--coverage") && i + 1 < argc) g_cov = argv[++i];
+    else if (!strcmp(a, "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], 0, 0);
+    else if (!strcmp(a, "--quick")) g_quick = 1;
+    else if (a[0] != '-' && n_only < 32) only[n_only++] = a;
+    else {
+      fprintf(stderr, "usage: %s --lib PATH [--quick] [--seed S] [--wave F ...] [test...]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (!lib) {
+    fprintf(stderr, "--lib PATH is required\n");
+    return 2;
+  }
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "cannot load %s: %s\n", lib, dlerror());
+    return 2;
+  }
+  *(void **)&api.config_init = sym(h, "tsr_sim_config_init");
+  *(void **)&api.abi_version = sym(h, "tsr_sim_abi_version");
+  *(void **)&api.create = sym(h, "tsr_sim_create");
+  *(void **)&api.destroy = sym(h, "tsr_sim_destroy");
+  *(void **)&api.reset = sym(h, "tsr_sim_reset");
+  *(void **)&api.reg_write = sym(h, "tsr_sim_reg_write");
+  *(void **)&api.reg_read = sym(h, "tsr_sim_reg_read");
+  *(void **)&api.mem_write = sym(h, "tsr_sim_mem_write");
+  *(void **)&api.mem_read = sym(h, "tsr_sim_mem_read");
+  *(void **)&api.run = sym(h, "tsr_sim_run");
+  *(void **)&api.cycles = sym(h, "tsr_sim_cycles");
+  *(void **)&api.irq = sym(h, "tsr_sim_irq");
+  *(void **)&api.geometry = sym(h, "tsr_sim_geometry");
+  *(void **)&api.last_error = sym(h, "tsr_sim_last_error");
+  if (api.abi_version() != TSR_SIM_ABI_VERSION) {
+    fprintf(stderr, "ABI version %d, want %d\n", api.abi_version(), TSR_SIM_ABI_VERSION);
+    return 2;
+  }
+  int ran = 0;
+  for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++) {
+    int sel = n_only == 0 ? (!g_quick || tests[t].quick) : 0;
+    for (int i = 0; i < n_only; i++) sel |= !strcmp(only[i], tests[t].name);
+    if (!sel) continue;
+    g_test = tests[t].name;
+    rng_state = g_seed * 1000 + t;
+    double t0 = now_s();
+    int before = g_fail;
+    tests[t].fn();
+    printf("%s %s (%.1fs)\n", g_fail == before ? "ok  " : "FAIL", tests[t].name, now_s() - t0);
+    fflush(stdout);
+    ran++;
+  }
+  printf("%d tests, %d failed\n", ran, g_fail);
+  return g_fail ? 1 : (ran ? 0 : 2);
+}
