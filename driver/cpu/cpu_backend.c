@@ -62,13 +62,16 @@ typedef struct cpu_device {
   pthread_cond_t cv_work; /* worker waits: a command was queued, reset, stop */
   pthread_cond_t cv_done; /* waiters wait: a command finished or was aborted */
   bool stop;
-  cpu_cmd_t *cmds;  /* (n_cmds) fence f is cmds[f - 1] */
+  cpu_cmd_t *cmds;  /* (n_cmds) fence f is cmds[f - 1 - base_fence] */
   uint64_t n_cmds, cap_cmds;
-  uint64_t next_run; /* 0-based index of the next command to execute */
+  uint64_t base_fence; /* fences up to this one were forgotten */
+  uint64_t next_run; /* index in cmds of the next command to execute */
   bool running;      /* the worker is executing cmds[next_run] */
 } cpu_device_t;
 
 #define CPU_NAME "cpu"
+/* Finished commands whose results wait() can still return. */
+#define KEEP_DONE 1024
 
 static cpu_device_t *as_cpu(tsr_hal_device_t *d) { return (cpu_device_t *)d; }
 
@@ -83,12 +86,13 @@ static void *worker_main(void *arg) {
     while (!dev->stop && dev->next_run >= dev->n_cmds) pthread_cond_wait(&dev->cv_work, &dev->mu);
     if (dev->stop) break;
     uint64_t idx = dev->next_run;
+    uint64_t fence = dev->base_fence + idx + 1;
     cpu_cmd_t *c = &dev->cmds[idx];
     if (c->state == CMD_HUNG) { /* stays hung until reset() moves next_run */
       pthread_cond_wait(&dev->cv_work, &dev->mu);
       continue;
     }
-    if (dev->hang_at == idx + 1) {
+    if (dev->hang_at == fence) {
       c->state = CMD_HUNG;
       continue;
     }
@@ -96,7 +100,7 @@ static void *worker_main(void *arg) {
     tsr_hal_result_t res;
     c->state = CMD_RUNNING;
     dev->running = true;
-    if (dev->fail_at == idx + 1) {
+    if (dev->fail_at == fence) {
       memset(&res, 0, sizeof res);
       res.hw_status = TSR_HWERR_AXI_ERROR;
       res.cycles = tsr_km_launch_cycles(&dev->timing);
@@ -106,7 +110,8 @@ static void *worker_main(void *arg) {
       pthread_mutex_lock(&dev->mu);
     }
     dev->running = false;
-    c = &dev->cmds[idx]; /* the array may have grown meanwhile */
+    idx = fence - 1 - dev->base_fence; /* submit() may have compacted cmds */
+    c = &dev->cmds[idx];
     c->res = res;
     c->state = CMD_DONE;
     dev->next_run = idx + 1;
@@ -315,6 +320,15 @@ static tsr_status_t cpu_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   if (dev->lost) return lost_status();
   if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "cpu: submit: NULL command");
   pthread_mutex_lock(&dev->mu);
+  /* Keep the results of the last KEEP_DONE finished commands only, so a
+   * long run does not grow without bound. */
+  if (dev->next_run >= 2 * KEEP_DONE) {
+    uint64_t drop = dev->next_run - KEEP_DONE;
+    memmove(dev->cmds, dev->cmds + drop, (dev->n_cmds - drop) * sizeof *dev->cmds);
+    dev->n_cmds -= drop;
+    dev->next_run -= drop;
+    dev->base_fence += drop;
+  }
   if (dev->n_cmds == dev->cap_cmds) {
     uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
     cpu_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
@@ -329,7 +343,7 @@ static tsr_status_t cpu_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   memset(c, 0, sizeof *c);
   c->cmd = *cmd;
   c->state = CMD_QUEUED;
-  *out_fence = dev->n_cmds;
+  *out_fence = dev->base_fence + dev->n_cmds;
   pthread_cond_signal(&dev->cv_work);
   pthread_mutex_unlock(&dev->mu);
   return TSR_OK;
@@ -341,21 +355,29 @@ static tsr_status_t cpu_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
   if (out) memset(out, 0, sizeof *out);
   if (dev->lost) return lost_status();
   pthread_mutex_lock(&dev->mu);
-  if (fence == 0 || fence > dev->n_cmds) {
-    uint64_t n = dev->n_cmds;
+  if (fence == 0 || fence > dev->base_fence + dev->n_cmds) {
+    uint64_t n = dev->base_fence + dev->n_cmds;
     pthread_mutex_unlock(&dev->mu);
     return TSR_ERR(INVALID_ARGUMENT, "cpu: wait: fence %" PRIu64 " was never issued "
                    "(last is %" PRIu64 ")", fence, n);
   }
+  if (fence <= dev->base_fence) {
+    pthread_mutex_unlock(&dev->mu);
+    return TSR_ERR(NOT_FOUND, "cpu: wait: the result of fence %" PRIu64 " is no longer "
+                   "kept (only the last %d finished commands are)", fence, KEEP_DONE);
+  }
+  const uint64_t base0 = dev->base_fence;
   uint64_t now = tsr_hal_now_ns();
   uint64_t deadline = timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns;
   struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ull),
                         .tv_nsec = (long)(deadline % 1000000000ull)};
   tsr_status_t s = TSR_OK;
   for (;;) {
-    enum cmd_state st = dev->cmds[fence - 1].state;
+    /* Compaction only happens in submit(), which this thread is not in. */
+    const cpu_cmd_t *c = &dev->cmds[fence - 1 - base0];
+    enum cmd_state st = c->state;
     if (st == CMD_DONE) {
-      if (out) *out = dev->cmds[fence - 1].res;
+      if (out) *out = c->res;
       break;
     }
     if (st == CMD_ABORTED) {

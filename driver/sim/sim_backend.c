@@ -49,6 +49,8 @@
 
 #define SIM_NAME "sim"
 #define SIM_LIB_FILE "libtessera_rtl.so"
+/* Finished commands whose results wait() can still return. */
+#define KEEP_DONE 1024
 
 /* Entry points resolved from the RTL library. */
 typedef struct sim_api {
@@ -97,8 +99,9 @@ typedef struct sim_device {
   uint32_t rows, cols;
   double clock_hz;
   uint64_t max_cycles;
-  sim_cmd_t *cmds; /* (n_cmds) fence f is cmds[f - 1] */
+  sim_cmd_t *cmds; /* (n_cmds) fence f is cmds[f - 1 - base_fence] */
   uint64_t n_cmds, cap_cmds;
+  uint64_t base_fence; /* fences up to this one were forgotten */
   uint64_t head; /* 0-based index of the oldest command not finished */
 } sim_device_t;
 
@@ -440,6 +443,14 @@ static tsr_status_t sim_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   sim_device_t *dev = as_sim(d);
   *out_fence = 0;
   if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "sim: submit: NULL command");
+  /* Keep the results of the last KEEP_DONE finished commands only. */
+  if (dev->head >= 2 * KEEP_DONE) {
+    uint64_t drop = dev->head - KEEP_DONE;
+    memmove(dev->cmds, dev->cmds + drop, (dev->n_cmds - drop) * sizeof *dev->cmds);
+    dev->n_cmds -= drop;
+    dev->head -= drop;
+    dev->base_fence += drop;
+  }
   if (dev->n_cmds == dev->cap_cmds) {
     uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
     sim_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
@@ -451,7 +462,7 @@ static tsr_status_t sim_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   memset(c, 0, sizeof *c);
   c->cmd = *cmd;
   c->state = CMD_QUEUED;
-  *out_fence = dev->n_cmds;
+  *out_fence = dev->base_fence + dev->n_cmds;
   /* Start right away if the kernel is idle, so the launch overlaps with the
    * host's work in real time terms (here: cycles run in wait()). */
   if (dev->head == dev->n_cmds - 1) TSR_RETURN_IF(start_head(dev));
@@ -462,14 +473,17 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
                              tsr_hal_result_t *out) {
   sim_device_t *dev = as_sim(d);
   if (out) memset(out, 0, sizeof *out);
-  if (fence == 0 || fence > dev->n_cmds)
+  if (fence == 0 || fence > dev->base_fence + dev->n_cmds)
     return TSR_ERR(INVALID_ARGUMENT, "sim: wait: fence %" PRIu64 " was never issued "
-                   "(last is %" PRIu64 ")", fence, dev->n_cmds);
+                   "(last is %" PRIu64 ")", fence, dev->base_fence + dev->n_cmds);
+  if (fence <= dev->base_fence)
+    return TSR_ERR(NOT_FOUND, "sim: wait: the result of fence %" PRIu64 " is no longer "
+                   "kept (only the last %d finished commands are)", fence, KEEP_DONE);
   uint64_t t0 = tsr_hal_now_ns();
   uint64_t deadline = timeout_ns > UINT64_MAX - t0 ? UINT64_MAX : t0 + timeout_ns;
   uint64_t chunk = 1024;
   for (;;) {
-    sim_cmd_t *c = &dev->cmds[fence - 1];
+    sim_cmd_t *c = &dev->cmds[fence - 1 - dev->base_fence];
     if (c->state == CMD_DONE) {
       if (out) *out = c->res;
       return TSR_OK;
@@ -482,7 +496,8 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
     if (used >= dev->max_cycles)
       return TSR_ERR(DEADLINE_EXCEEDED,
                      "sim: command %" PRIu64 " not done after %" PRIu64
-                     " simulated cycles (max_cycles budget)", dev->head + 1, used);
+                     " simulated cycles (max_cycles budget)", dev->base_fence + dev->head + 1,
+                     used);
     if (tsr_hal_now_ns() >= deadline)
       return TSR_ERR(DEADLINE_EXCEEDED,
                      "sim: command %" PRIu64 " not done after %" PRIu64
@@ -494,7 +509,7 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
     if (rc < 0) {
       const char *why = dev->api.last_error ? dev->api.last_error(dev->sim) : NULL;
       return TSR_ERR(DEVICE, "sim: running command %" PRIu64 " failed at cycle %" PRIu64
-                     " (%d): %s", dev->head + 1, dev->api.cycles(dev->sim), rc,
+                     " (%d): %s", dev->base_fence + dev->head + 1, dev->api.cycles(dev->sim), rc,
                      why && *why ? why : "the RTL model reported an error");
     }
     if (rc == 1) TSR_RETURN_IF(finish_head(dev));

@@ -785,6 +785,35 @@ static void test_cpu_lost(void) {
   tsr_hal_close(dev);
 }
 
+/* Thousands of launches: old results are forgotten, recent ones kept. */
+static void test_cpu_many_fences(void) {
+  tsr_hal_device_t *dev = open_backend("cpu", NULL);
+  if (!dev) return;
+  tsr_hal_buffer_t b;
+  TSR_ASSERT_OK(dev->vt->alloc(dev, 64, 64, &b));
+  uint8_t nop[TSR_HW_DESC_BYTES];
+  tsr_desc_t d = {.opcode = TSR_OP_NOP};
+  tsr_desc_pack(nop, &d);
+  TSR_ASSERT_OK(dev->vt->write(dev, &b, 0, nop, sizeof nop));
+  tsr_hal_command_t cmd = {.window_base = b.addr, .window_size = 64, .ring = b.addr, .n_desc = 1};
+  uint64_t first = 0, fence = 0;
+  int bad = 0;
+  for (int i = 0; i < 5000; i++) {
+    tsr_status_t s = dev->vt->submit(dev, &cmd, &fence);
+    if (i == 0) first = fence;
+    tsr_hal_result_t r;
+    if (!s) s = dev->vt->wait(dev, fence, WAIT_FOREVER, &r);
+    if (s || r.desc_done != 1) bad++;
+    tsr_status_free(s);
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT_EQUAL(fence, first + 4999);
+  TSR_ASSERT_OK(dev->vt->wait(dev, fence - 100, 0, NULL));
+  TSR_ASSERT_ERR(dev->vt->wait(dev, first, 0, NULL), TSR_STATUS_NOT_FOUND, "no longer kept");
+  dev->vt->free(dev, &b);
+  tsr_hal_close(dev);
+}
+
 /* ------------------------------------------------------------------------ */
 /* cpu and sim side by side                                                  */
 /* ------------------------------------------------------------------------ */
@@ -876,9 +905,10 @@ int main(void) {
   CU_add_test(s, "analytic timing model", test_timing_model);
 
   add_backend_suite("backend cpu", init_cpu);
-  s = CU_add_suite("cpu fault injection", NULL, NULL);
+  s = CU_add_suite("cpu fault injection and queue", NULL, NULL);
   CU_add_test(s, "fail=N", test_cpu_fail);
   CU_add_test(s, "lost", test_cpu_lost);
+  CU_add_test(s, "thousands of fences", test_cpu_many_fences);
 
   tsr_hal_device_t *sim = NULL;
   tsr_status_t st = tsr_hal_open("sim:" MEM_OPTS, &sim);
