@@ -6,7 +6,7 @@
  * int8 x int8 -> int32, both operands K-contiguous (W holds one output
  * channel per row). Every implementation - portable C, AVX2, AVX-512 VNNI,
  * and every device - returns bit-identical int32 results (contract 1).
- * Sums are exact: |A*W| <= 2^14, so K up to 2^17 cannot overflow int32.
+ * Sums are exact: |A*W| <= 2^14, so K < 2^17 cannot overflow int32.
  */
 #ifndef TSR_QGEMM_H
 #define TSR_QGEMM_H
