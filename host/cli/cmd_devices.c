@@ -28,19 +28,19 @@ int tsr_cmd_devices(int argc, char **argv) {
     tsr_hal_device_t *dev = NULL;
     tsr_status_t s = tsr_hal_open(vts[i]->name, &dev);
     if (s) {
-      printf("%-5s unavailable: %s: %s\n", vts[i]->name,
+      printf("%-7s unavailable: %s: %s\n", vts[i]->name,
              tsr_status_code_name(tsr_status_code(s)), tsr_status_message(s));
       tsr_status_free(s);
       continue;
     }
     tsr_hal_caps_t c;
     dev->vt->query_caps(dev, &c);
-    printf("%-5s available: %s\n", vts[i]->name, c.name);
-    printf("      array %ux%u int8 MACs, max dim %u, clock %.0f MHz (stated), "
+    printf("%-7s available: %s\n", vts[i]->name, c.name);
+    printf("        array %ux%u int8 MACs, max dim %u, clock %.0f MHz (stated), "
            "peak %.1f GMAC/s\n",
            c.array_rows, c.array_cols, c.max_dim, c.clock_hz / 1e6,
            c.clock_hz * c.array_rows * c.array_cols / 1e9);
-    printf("      memory %" PRIu64 " MiB, %.0f B/cycle (%.1f GB/s); link %.1f GB/s, "
+    printf("        memory %" PRIu64 " MiB, %.0f B/cycle (%.1f GB/s); link %.1f GB/s, "
            "%.0f us per transfer, %.0f us per launch\n",
            c.mem_size >> 20, c.mem_bytes_per_cycle, c.mem_bytes_per_cycle * c.clock_hz / 1e9,
            c.link_bytes_per_s / 1e9, c.link_latency_s * 1e6, c.launch_latency_s * 1e6);
