@@ -317,19 +317,19 @@ module tsr_core #(
   end
 
   logic                    cap, out_gemv;
-  logic [Rows*Cols*32-1:0] out_bank;
-  logic [Cols*32-1:0]      colsum;
+  logic [Cols*32-1:0]      out_row, colsum;
+  logic [MLenW-1:0]        wr_row_q;
   tsr_mac_array #(.Rows(Rows), .Cols(Cols), .DataBytes(DataBytes)) u_array (
     .clk_i, .rst_ni,
     .v_i (p_v_q), .first_i (p_first_q), .last_i (p_last_q), .gemv_i (p_gemv_q2),
     .idx_i (p_idx_q), .lanes_i (p_lanes_q),
     .a_words_i (a_words), .w_words_i (w_words),
-    .cap_o (cap), .gemv_o (out_gemv), .out_o (out_bank), .colsum_o (colsum)
+    .cap_o (cap), .gemv_o (out_gemv), .row_i (LaneW'(wr_row_q)), .row_o (out_row),
+    .colsum_o (colsum)
   );
 
   // ---------------------------------------------------------------- writer
   logic             wr_act_q;
-  logic [MLenW-1:0] wr_row_q;
   logic [63:0]      wr_addr_q;
   logic             wreq_valid, wreq_ready, wreq_hs, wr_idle, wr_err, rd_idle, rd_err, seg_done;
   logic [RowBytes*8-1:0] wreq_data;
@@ -338,7 +338,7 @@ module tsr_core #(
   assign wr_rows     = p_gemv_q ? MLenW'(1) : p_mlen_q;
   assign wreq_valid  = wr_act_q;
   assign wreq_nbytes = NbW'({p_nlen_q, 2'b00});
-  assign wreq_data   = out_gemv ? colsum : out_bank[wr_row_q * (Cols*32) +: Cols*32];
+  assign wreq_data   = out_gemv ? colsum : out_row;
   assign wreq_hs     = wreq_valid && wreq_ready;
 
   tsr_wr_master #(.DataBytes(DataBytes), .RowBytes(RowBytes),

@@ -10,6 +10,8 @@
 // first_i restarts the accumulators, last_i copies the results into the
 // output bank (cap_o pulses) so the next tile can start at once. In GEMV mode
 // colsum_o gives the column sums (the lanes' partial dot products added).
+// The bank is an array of words (not one wide vector) so that simulators
+// update it element by element.
 // Pipeline: operand select (1) -> multiply (1) -> accumulate (1).
 module tsr_mac_array #(
   parameter int unsigned Rows      = 16,                 // array rows
@@ -31,9 +33,12 @@ module tsr_mac_array #(
   input  logic [Cols*DW-1:0]       w_words_i,  // one word per W bank
   output logic                     cap_o,      // pulse: output bank loaded
   output logic                     gemv_o,     // mode of the tile in the bank
-  output logic [Rows*Cols*32-1:0]  out_o,      // bank, PE (r, j) at (r*Cols+j)*32
+  input  logic [LaneW-1:0]         row_i,      // output bank row to read
+  output logic [Cols*32-1:0]       row_o,      // that row, column j at j*32
   output logic [Cols*32-1:0]       colsum_o    // sum over r of the bank, per column
 );
+  logic [31:0] out_q [Rows*Cols];   // output bank, PE (r, j) at r*Cols+j
+
   // Control pipeline.
   logic       v_s_q, first_s_q, last_s_q, gemv_s_q;
   logic       v_m_q, first_m_q, last_m_q, gemv_m_q;
@@ -69,7 +74,7 @@ module tsr_mac_array #(
     for (genvar j = 0; j < Cols; j++) begin : g_col
       logic [7:0]         w_s_q;
       logic signed [15:0] prod_q;
-      logic signed [31:0] acc_q, acc_d, out_q;
+      logic signed [31:0] acc_q, acc_d;
 
       always_ff @(posedge clk_i) begin
         if (v_i) w_s_q <= w_words_i[j*DW + 32'({idx_r, 3'b000}) +: 8];
@@ -80,19 +85,19 @@ module tsr_mac_array #(
       assign acc_d = first_m_q ? 32'(prod_q) : acc_q + 32'(prod_q);
       always_ff @(posedge clk_i) begin
         if (v_m_q) acc_q <= acc_d;
-        if (v_m_q && last_m_q) out_q <= acc_d;
+        if (v_m_q && last_m_q) out_q[r*Cols+j] <= acc_d;
       end
-      assign out_o[(r*Cols+j)*32 +: 32] = out_q;
     end
   end
 
-  // Column sums for GEMV mode (the reduction across the lanes).
+  // Row read and column sums for GEMV mode (the reduction across the lanes).
   always_comb begin
+    for (int j = 0; j < Cols; j++) row_o[j*32 +: 32] = out_q[32'(row_i) * Cols + j];
+  end
+  always_comb begin
+    colsum_o = '0;
     for (int j = 0; j < Cols; j++) begin
-      logic [31:0] s;
-      s = 32'd0;
-      for (int r = 0; r < Rows; r++) s = s + out_o[(r*Cols+j)*32 +: 32];
-      colsum_o[j*32 +: 32] = s;
+      for (int r = 0; r < Rows; r++) colsum_o[j*32 +: 32] = colsum_o[j*32 +: 32] + out_q[r*Cols+j];
     end
   end
 endmodule

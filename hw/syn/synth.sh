@@ -5,7 +5,7 @@
 set -e
 n=$1; out=$2
 mkdir -p "$out"
-files=$(ls hw/rtl/*.sv)
+files=$(ls hw/rtl/*.sv | tr '\n' ' ')
 start=$(date +%s)
 yosys -q -l "$out/synth_$n.log" -p "
   read_verilog -sv -DSYNTHESIS -Ihw/rtl $files
