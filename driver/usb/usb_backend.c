@@ -18,7 +18,7 @@
  * Options ("usb:key=value,..."):
  *   vid=, pid=      board identity (default 0x1209:0x0001, the pid.codes
  *                   test pair; see TSR_USB_DEFAULT_VID/PID)
- *   chunk=SIZE      payload bytes per frame (default 64K, up to 1M)
+ *   chunk=SIZE      payload bytes per frame (default 256K, up to 1M)
  *   inflight=N      frames in flight each way (default 8, 1..64)
  *   timeout=MS      resend a request unanswered after MS ms (default 100)
  *   retries=N       resends of one frame before DEVICE (default 10)
@@ -482,7 +482,7 @@ static tsr_status_t usb_open(const tsr_hal_open_params_t *params, tsr_hal_device
   dev->base.vt = &tsr_hal_usb_vtable;
   dev->vid = TSR_USB_DEFAULT_VID;
   dev->pid = TSR_USB_DEFAULT_PID;
-  dev->chunk = 64u << 10;
+  dev->chunk = 256u << 10;
   dev->window = 8;
   dev->timeout_ms = 100;
   dev->retries = 10;

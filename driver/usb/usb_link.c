@@ -134,7 +134,7 @@ void tsr_usb_link_stats(const tsr_usb_link_t *l, tsr_usb_stats_t *out) { *out = 
 uint32_t tsr_usb_link_max_payload(const tsr_usb_link_t *l) { return l->cfg.max_payload; }
 
 static tsr_status_t lost_status(void) {
-  return TSR_ERR(UNAVAILABLE, "usb: the board is gone (unplugged or reset by the host)");
+  return TSR_ERR(UNAVAILABLE, "usb: the board is gone (unplugged, or it stopped answering the bus)");
 }
 
 /* Starts a (re)transmission of slot i. */

@@ -524,6 +524,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--bench")) {
     int rc = 0;
     rc |= bench("usb", 16, 7);
+    rc |= bench("usb:chunk=64K", 16, 7);
     rc |= bench("usb:chunk=1M,inflight=4", 16, 7);
     rc |= bench("usb:chunk=16K", 16, 7);
     return rc;
