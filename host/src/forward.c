@@ -19,6 +19,9 @@
  * bounds the scratch memory while keeping GEMM shapes large. */
 #define TSR_PREFILL_CHUNK 64
 
+/* Attention of fewer multiply-adds than this runs on the calling thread. */
+#define TSR_ATTN_PARALLEL_MIN 65536.0
+
 struct tsr_session {
   tsr_model_t *model; /* borrowed, must outlive */
   tsr_precision_t precision;
@@ -210,7 +213,10 @@ static void forward_chunk(tsr_session_t *s, const int32_t *tokens, int32_t T, bo
              sizeof(float) * kv_dim);
     }
     attn_args_t aa = {s, l, pos0, T};
-    tsr_threadpool_run(m->ctx->pool, T * c->n_heads, attn_task, &aa);
+    /* Waking workers costs microseconds: only worth it for enough work. */
+    const double attn_work = (double)T * c->n_heads * (pos0 + T) * hs;
+    tsr_threadpool_run(attn_work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
+                       T * c->n_heads, attn_task, &aa);
     /* xb now holds T rows of width q_dim. */
     linear(s, s->xb2, s->xb, T, &w->wo);
     for (size_t i = 0; i < (size_t)T * dim; i++) s->x[i] += s->xb2[i];

@@ -275,8 +275,11 @@ static void test_prefill_matches_decode(void) {
       e = fmax(e, fabs(la[i] - lb[i]));
       scale = fmax(scale, fabs(lb[i]));
     }
-    if (prec) CU_ASSERT_EQUAL(memcmp(la, lb, sizeof(float) * c.vocab_size), 0);
-    else CU_ASSERT_TRUE(e / scale < 1e-4);
+    if (prec) {
+      CU_ASSERT_EQUAL(memcmp(la, lb, sizeof(float) * c.vocab_size), 0);
+    } else {
+      CU_ASSERT_TRUE(e / scale < 1e-4);
+    }
     printf("REPORT prefill vs decode (%s): max relative logit difference %.2e\n",
            prec ? "int8" : "fp32", e / scale);
     tsr_session_destroy(a);

@@ -74,6 +74,7 @@ static void test_int8_agrees_with_fp32(void) {
     for (int i = 0; i < nf; i++) same += f[i] == q[i];
     printf("REPORT int8 vs fp32 greedy, '%s': first %d of %d generated tokens identical, "
            "%d of %d positions equal\n", prompts[p], prefix, nf, same, nf);
+    CU_ASSERT_TRUE(prefix >= 16);
     total += nf;
     total_prefix += prefix;
     total_same += same;

@@ -12,9 +12,12 @@ const char *tsr_test_models_dir(void) {
 }
 
 const char *tsr_test_model_path(const char *file) {
-  static char buf[4096];
-  snprintf(buf, sizeof buf, "%s/%s", tsr_test_models_dir(), file);
-  return buf;
+  /* A few buffers in rotation, so that one call can take several paths. */
+  static char buf[4][4096];
+  static int next;
+  char *b = buf[next++ % 4];
+  snprintf(b, sizeof buf[0], "%s/%s", tsr_test_models_dir(), file);
+  return b;
 }
 
 const char *tsr_test_tmpdir(void) {

@@ -12,7 +12,7 @@
 
 /* Directory of the reference models: $TSR_MODELS_DIR or ../shared/models. */
 const char *tsr_test_models_dir(void);
-/* Path of a file in that directory (static buffer, overwritten per call). */
+/* Path of a file in that directory (one of 4 static buffers used in turn). */
 const char *tsr_test_model_path(const char *file);
 /* Scratch directory for a test program (created; under build/). */
 const char *tsr_test_tmpdir(void);
