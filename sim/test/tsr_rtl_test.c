@@ -79,10 +79,16 @@ typedef struct {
   uint32_t rows, cols;
 } dev_t_;
 
+/* Memory model overrides for the next dev_open (0 = default). */
+static uint32_t g_lat, g_bw, g_outst;
+
 static int dev_open(dev_t_ *d, uint64_t mem_size) {
   memset(d, 0, sizeof *d);
   api.config_init(&d->cfg);
   if (mem_size) d->cfg.mem_size = mem_size;
+  if (g_lat) d->cfg.mem_latency = g_lat;
+  if (g_bw) d->cfg.mem_bytes_per_cycle = g_bw;
+  if (g_outst) d->cfg.mem_max_outstanding = g_outst;
   d->cfg.wave_path = g_wave;
   d->cfg.wave_start = g_wave_start;
   d->cfg.wave_end = g_wave_end;
@@ -436,11 +442,20 @@ static int t_gemm_small(void) {
   return rc;
 }
 
+/* Random shapes and strides, several descriptors per ring, under memory
+ * models from one-cycle latency to a slow narrow memory with one burst in
+ * flight. */
 static int t_gemm_random(void) {
+  static const uint32_t mems[][3] = {{0, 0, 0}, {1, 64, 64}, {200, 16, 1}, {7, 24, 3}, {90, 64, 4}};
+  int rounds = g_quick ? 2 : 10, per = g_quick ? 6 : 12;
   dev_t_ d;
-  if (dev_open(&d, 64 << 20)) return -1;
-  int rounds = g_quick ? 1 : 3, per = g_quick ? 6 : 12;
+  d.sim = NULL;
   for (int round = 0; round < rounds; round++) {
+    const uint32_t *mm = mems[round % 5];
+    g_lat = mm[0], g_bw = mm[1], g_outst = mm[2];
+    int rc0 = dev_open(&d, 64 << 20);
+    g_lat = g_bw = g_outst = 0;
+    if (rc0) return -1;
     prob_t p[12];
     for (int i = 0; i < per; i++) {
       uint32_t m = rnd_range(1, i % 3 == 0 ? 4 : 70), n = rnd_range(1, 70),
@@ -449,10 +464,9 @@ static int t_gemm_random(void) {
     }
     int rc = run_probs(&d, p, per, NULL);
     for (int i = 0; i < per; i++) prob_free(&p[i]);
+    dev_close(&d);
     if (rc) return rc;
-    d.next = d.cfg.mem_base + 4096;
   }
-  dev_close(&d);
   return 0;
 }
 
