@@ -94,4 +94,4 @@ coverage: $(RTL_COV_LIB) $(RTL_TEST)
 	rm -f $(RTL_COV_DIR)/coverage.dat
 	$(RTL_TEST) --lib $(RTL_COV_LIB) --coverage $(RTL_COV_DIR)/coverage.dat --quick
 	python3 sim/cov_summary.py $(RTL_COV_DIR)/coverage.dat
-	verilator_coverage --annotate $(RTL_COV_DIR)/annotated $(RTL_COV_DIR)/coverage.dat | tail -n 1
+	verilator_coverage --annotate $(RTL_COV_DIR)/annotated $(RTL_COV_DIR)/coverage.dat | grep -i total
