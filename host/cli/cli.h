@@ -18,6 +18,7 @@ int tsr_cmd_gen_model(int argc, char **argv); /* cmd_gen_model.c */
 int tsr_cmd_bench(int argc, char **argv);     /* cmd_bench.c     */
 int tsr_cmd_gemm(int argc, char **argv);      /* cmd_gemm.c      */
 int tsr_cmd_devices(int argc, char **argv);   /* cmd_devices.c   */
+int tsr_cmd_plan(int argc, char **argv);      /* cmd_plan.c      */
 int tsr_cmd_xclbin(int argc, char **argv);    /* cmd_xclbin.c    */
 
 /* Option helpers: print "tessera CMD: FLAG: ..." to stderr and return false
@@ -30,6 +31,24 @@ bool cli_parse_f64(const char *cmd, const char *flag, const char *s, double lo,
 /* Returns the value of a flag that takes one (argv[*i + 1]) and advances *i;
  * NULL (with a message) if it is missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* The device and partitioning options shared by run, plan and attn:
+ * --device, --offload, --place, --no-fallback, --retries, --device-timeout,
+ * --trace, --quiet. Returns 1 if argv[*i] was one of them (consuming its
+ * value), 0 if not, -1 on a bad value (message printed). */
+int cli_device_option(const char *cmd, int argc, char **argv, int *i,
+                      tsr_context_options_t *opts);
+#define CLI_DEVICE_HELP                                                                   \
+  "      --device LIST      where layers run, split in order: cpu (default), sim,\n"     \
+  "                         fmodel, opencl, xrt, usb, with options (sim:latency=80);\n" \
+  "                         e.g. sim, sim,sim, sim,cpu\n"                                \
+  "      --offload P        auto (cost model, default) | all | none\n"                   \
+  "      --place OP=WHERE   override placement: OP attn_q..output, attn, ffn, all;\n"    \
+  "                         WHERE cpu, a device name (sim0) or devN (comma-separated)\n" \
+  "      --no-fallback      a device failure is an error instead of a CPU fallback\n"    \
+  "      --retries N        retries of a failed device command (default 1)\n"           \
+  "      --device-timeout MS  watchdog per device command (default 10000)\n"            \
+  "      --quiet            no warnings on stderr\n"
+
 /* Prints "tessera CMD: <status message>" and frees the status; returns 1. */
 int cli_fail(const char *cmd, tsr_status_t s);
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -71,5 +72,44 @@ int cli_fail(const char *cmd, tsr_status_t s) {
   fprintf(stderr, "tessera %s: %s: %s\n", cmd, tsr_status_code_name(tsr_status_code(s)),
           tsr_status_message(s));
   tsr_status_free(s);
+  return 1;
+}
+
+int cli_device_option(const char *cmd, int argc, char **argv, int *i,
+                      tsr_context_options_t *opts) {
+  const char *a = argv[*i], *v;
+  int64_t n;
+  if (!strcmp(a, "--device") || !strcmp(a, "--devices")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    opts->devices = v;
+  } else if (!strcmp(a, "--offload")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(v, "auto")) opts->offload = TSR_OFFLOAD_AUTO;
+    else if (!strcmp(v, "all")) opts->offload = TSR_OFFLOAD_ALL;
+    else if (!strcmp(v, "none")) opts->offload = TSR_OFFLOAD_NONE;
+    else {
+      fprintf(stderr, "tessera %s: --offload: '%s' is not auto, all or none\n", cmd, v);
+      return -1;
+    }
+  } else if (!strcmp(a, "--place")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    opts->placement = v;
+  } else if (!strcmp(a, "--no-fallback")) {
+    opts->fallback = false;
+  } else if (!strcmp(a, "--retries")) {
+    if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_i64(cmd, a, v, 0, 100, &n)) return -1;
+    opts->retries = (int)n;
+  } else if (!strcmp(a, "--device-timeout")) {
+    if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_i64(cmd, a, v, 1, 3600000, &n))
+      return -1;
+    opts->device_timeout_ms = (uint32_t)n;
+  } else if (!strcmp(a, "--trace")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    opts->trace_path = v;
+  } else if (!strcmp(a, "--quiet")) {
+    opts->quiet = true;
+  } else {
+    return 0;
+  }
   return 1;
 }

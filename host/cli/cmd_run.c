@@ -27,9 +27,12 @@ static void usage(FILE *f) {
           "      --topp P           nucleus sampling threshold in [0,1] (default 0.9)\n"
           "      --seed S           RNG seed (default: from the clock; printed)\n"
           "      --precision P      fp32 | int8 (W8A8 dynamic quantization) (default fp32)\n"
-          "      --device LIST      cpu (default)\n"
           "  -t, --threads N        CPU threads (default: all)\n"
-          "  -h, --help             this text\n");
+          "%s"
+          "      --stats            print per-op placement, bytes, cycles and times (stderr)\n"
+          "      --trace FILE       write a Chrome trace (JSON, for Perfetto)\n"
+          "  -h, --help             this text\n",
+          CLI_DEVICE_HELP);
 }
 
 /* Prints a piece unless it is a lone unprintable byte (as llama2.c does). */
@@ -50,13 +53,19 @@ static double now_s(void) {
 
 int tsr_cmd_run(int argc, char **argv) {
   const char *cmd = "run";
-  const char *model_path = NULL, *tok_path = NULL, *prompt = "", *device = "cpu";
+  const char *model_path = NULL, *tok_path = NULL, *prompt = "";
+  bool stats = false;
   int64_t steps = 256, threads = 0;
   double temp = 1.0, topp = 0.9;
   uint64_t seed = 0;
   tsr_precision_t precision = TSR_PRECISION_FP32;
+  tsr_context_options_t copts;
+  tsr_context_options_init(&copts);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
+    int used = cli_device_option(cmd, argc, argv, &i, &copts);
+    if (used < 0) return 2;
+    if (used) continue;
 #define VALUE() \
   if (!(v = cli_value(cmd, argc, argv, &i))) return 2
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -91,9 +100,8 @@ int tsr_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tessera run: --precision: '%s' is not fp32 or int8\n", v);
         return 2;
       }
-    } else if (!strcmp(a, "--device")) {
-      VALUE();
-      device = v;
+    } else if (!strcmp(a, "--stats")) {
+      stats = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
       VALUE();
       if (!cli_parse_i64(cmd, a, v, 0, 1024, &threads)) return 2;
@@ -107,17 +115,9 @@ int tsr_cmd_run(int argc, char **argv) {
     fprintf(stderr, "tessera run: -m MODEL is required (see --help)\n");
     return 2;
   }
-  if (strcmp(device, "cpu") != 0) {
-    fprintf(stderr, "tessera run: --device: '%s': only 'cpu' runs whole models so far\n",
-            device);
-    return 2;
-  }
   if (seed == 0) seed = (uint64_t)time(NULL);
 
-  tsr_context_options_t copts;
-  tsr_context_options_init(&copts);
   copts.n_threads = (int)threads;
-  copts.devices = device;
   tsr_context_t *ctx = NULL;
   tsr_model_t *model = NULL;
   tsr_session_t *sess = NULL;
@@ -199,6 +199,7 @@ int tsr_cmd_run(int argc, char **argv) {
           n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0, generated,
           decode_s, decode_s > 0 ? (double)generated / decode_s : 0.0,
           precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
+  if (stats) tsr_session_print_stats(sess, stderr);
   rc = 0;
 done:
   free(tokens);

@@ -10,6 +10,7 @@ static const struct {
   const char *help;
 } commands[] = {
     {"run", tsr_cmd_run, "generate text from a prompt"},
+    {"plan", tsr_cmd_plan, "show how a model is split between the CPU and devices"},
     {"info", tsr_cmd_info, "print a model's configuration and tensor table"},
     {"gen-model", tsr_cmd_gen_model, "write a llama GGUF with random weights"},
     {"bench", tsr_cmd_bench, "CPU kernel and model benchmarks"},

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,14 +84,40 @@ TSR_API void tsr_status_free(tsr_status_t s);
 
 typedef struct tsr_context tsr_context_t;
 
+/* Which quantized matmuls go to the devices. */
+typedef enum tsr_offload {
+  TSR_OFFLOAD_AUTO = 0, /* where the cost model says the device is faster */
+  TSR_OFFLOAD_ALL = 1,  /* every matmul a device can run                   */
+  TSR_OFFLOAD_NONE = 2, /* none: the CPU reference path                    */
+} tsr_offload_t;
+
 typedef struct tsr_context_options {
   /* Worker threads for CPU kernels; 0 = one per online CPU. */
   int n_threads;
-  /* Comma-separated device list, e.g. "cpu", "sim", "sim,cpu". NULL = "cpu".
-   * Borrowed (copied during create). */
+  /* Comma-separated device list; layers are split across the entries in
+   * order (model parallelism). "cpu" is the host; other entries are device
+   * backends with optional options: "sim", "sim:latency=80", "opencl",
+   * "xrt", "usb", "fmodel" (the functional model of the kernel).
+   * Examples: "cpu", "sim", "sim,sim", "sim,cpu". NULL = "cpu". Borrowed. */
   const char *devices;
-  /* When a device fails, run the op on the CPU instead (default true). */
+  /* When a device is absent or fails, reset it, retry, then run the op on
+   * the CPU (default true). false turns every device failure into an error
+   * status. Fallbacks are reported on stderr and in the session stats. */
   bool fallback;
+  /* Retries of a failed device command before falling back (default 1). */
+  int retries;
+  /* Watchdog: longest wait for one device command in ms (default 10000). */
+  uint32_t device_timeout_ms;
+  tsr_offload_t offload;
+  /* Per-op placement overrides, "op=where,..." with op one of attn_q,
+   * attn_k, attn_v, attn_out, ffn_gate, ffn_up, ffn_down, output, or the
+   * groups attn, ffn, all; where = cpu, a device name or devN (index in the
+   * device list). NULL = none. Borrowed. */
+  const char *placement;
+  /* Chrome trace (JSON) of every session of this context, or NULL. */
+  const char *trace_path;
+  /* No warnings on stderr (fallbacks are still counted in the stats). */
+  bool quiet;
 } tsr_context_options_t;
 
 /* Fills `opts` with defaults (all threads, "cpu", fallback on). */
@@ -192,6 +219,33 @@ TSR_API void tsr_session_destroy(tsr_session_t *session);
 TSR_API TSR_MUST_USE tsr_status_t
 tsr_session_eval(tsr_session_t *session, const int32_t *tokens, size_t n,
                  const float **out_logits);
+/* Prints how the session's graph is placed: every node with its device and
+ * the cause, and the projected time split (CPU, transfers, device) per
+ * evaluation, for the decode (1 row) and prefill (`prefill_rows`) shapes. */
+TSR_API void tsr_session_print_plan(const tsr_session_t *session, FILE *f);
+
+/* Prints both graphs node by node, light ops included, with placements. */
+TSR_API void tsr_session_print_graph(const tsr_session_t *session, FILE *f);
+
+/* What ran where so far. */
+typedef struct tsr_session_stats {
+  uint64_t device_calls;      /* launches sent to devices                 */
+  uint64_t device_tiles;      /* descriptors executed by devices          */
+  uint64_t device_cycles;     /* busy cycles reported by the devices      */
+  double device_projected_s;  /* those cycles at each device's clock      */
+  uint64_t bytes_to_device;   /* activations + descriptors (not weights)  */
+  uint64_t bytes_from_device; /* results                                  */
+  uint64_t weight_bytes;      /* weights uploaded at session creation     */
+  uint64_t fallbacks;         /* ops (tiles) run on the CPU after a device failure */
+  uint64_t retries;           /* device commands retried                  */
+  double cpu_s;               /* wall time of ops run on the host         */
+} tsr_session_stats_t;
+
+TSR_API void tsr_session_get_stats(const tsr_session_t *session, tsr_session_stats_t *out);
+/* Prints per-op placement, bytes moved, device cycles and projected time,
+ * and CPU time. */
+TSR_API void tsr_session_print_stats(const tsr_session_t *session, FILE *f);
+
 /* Number of positions already in the KV cache. */
 TSR_API int32_t tsr_session_pos(const tsr_session_t *session);
 /* Forgets the KV cache (position 0). */

@@ -1,16 +1,91 @@
-/* context.c - the context: thread pool, int8 kernel choice, device list. */
+/* context.c - the context: thread pool, int8 kernel choice, the devices. */
 #include <cblas.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "trace.h"
 
 void tsr_context_options_init(tsr_context_options_t *o) {
   memset(o, 0, sizeof(*o));
   o->n_threads = 0;
   o->devices = NULL;
   o->fallback = true;
+  o->retries = 1;
+  o->device_timeout_ms = 10000;
+  o->offload = TSR_OFFLOAD_AUTO;
+}
+
+void tsr_ctx_warn(const tsr_context_t *ctx, const char *fmt, ...) {
+  if (ctx && ctx->opts.quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("tessera: warning: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* Opens every entry of the comma-separated device list. An entry that
+ * cannot be opened stays in the list without a device: with fallback on,
+ * its work runs on the host (and the reason is reported); with fallback
+ * off, creating the context fails. */
+static tsr_status_t open_devices(tsr_context_t *ctx) {
+  const char *list = ctx->devices;
+  int n = 1;
+  for (const char *p = list; *p; p++) n += *p == ',';
+  ctx->devs = calloc((size_t)n, sizeof(tsr_ctx_device_t));
+  if (!ctx->devs) return TSR_ERR(RESOURCE_EXHAUSTED, "devices: %d entries", n);
+  const char *p = list;
+  for (int i = 0; i < n; i++) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    tsr_ctx_device_t *d = &ctx->devs[i];
+    pthread_mutex_init(&d->lock, NULL);
+    ctx->n_devs = i + 1;
+    if (len == 0 || len >= sizeof d->spec)
+      return TSR_ERR(INVALID_ARGUMENT, "devices: entry %d of '%s' is %s", i, list,
+                     len ? "too long" : "empty");
+    memcpy(d->spec, p, len);
+    d->spec[len] = '\0';
+    p = end ? end + 1 : p + len;
+    if (!strcmp(d->spec, "cpu")) {
+      d->host = true;
+      snprintf(d->name, sizeof d->name, "cpu");
+      continue;
+    }
+    /* "fmodel" is the kernel's functional model, the HAL backend "cpu". */
+    char hal_spec[sizeof d->spec + 8];
+    if (!strncmp(d->spec, "fmodel", 6) && (d->spec[6] == '\0' || d->spec[6] == ':'))
+      snprintf(hal_spec, sizeof hal_spec, "cpu%s", d->spec + 6);
+    else
+      snprintf(hal_spec, sizeof hal_spec, "%s", d->spec);
+    /* Name: the backend and how many entries of that backend came before. */
+    size_t name_len = strcspn(d->spec, ":");
+    int index = 0;
+    for (int j = 0; j < i; j++)
+      index += !ctx->devs[j].host && strcspn(ctx->devs[j].spec, ":") == name_len &&
+               !strncmp(ctx->devs[j].spec, d->spec, name_len);
+    snprintf(d->name, sizeof d->name, "%.*s%d", (int)(name_len > 30 ? 30 : name_len), d->spec,
+             index);
+    tsr_status_t s = tsr_hal_open(hal_spec, &d->hal);
+    if (s) {
+      snprintf(d->unavailable, sizeof d->unavailable, "%s", tsr_status_message(s));
+      if (!ctx->opts.fallback)
+        return tsr_status_annotate(s, "device '%s' (fallback is off)", d->spec);
+      tsr_ctx_warn(ctx, "device '%s' unavailable, its work runs on the CPU: %s", d->spec,
+                   tsr_status_message(s));
+      tsr_status_free(s);
+      continue;
+    }
+    d->hal->vt->query_caps(d->hal, &d->caps);
+  }
+  return TSR_OK;
 }
 
 tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t **out) {
@@ -24,17 +99,32 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
   if (opts->n_threads < 0 || opts->n_threads > 1024)
     return TSR_ERR(INVALID_ARGUMENT, "context: n_threads %d outside [0, 1024]",
                    opts->n_threads);
+  if (opts->retries < 0 || opts->retries > 100)
+    return TSR_ERR(INVALID_ARGUMENT, "context: retries %d outside [0, 100]", opts->retries);
+  if ((unsigned)opts->offload > TSR_OFFLOAD_NONE)
+    return TSR_ERR(INVALID_ARGUMENT, "context: unknown offload policy %d", (int)opts->offload);
   tsr_context_t *ctx = calloc(1, sizeof(*ctx));
   if (!ctx) return TSR_ERR(RESOURCE_EXHAUSTED, "context");
+  ctx->opts = *opts;
   ctx->n_threads = opts->n_threads;
   if (ctx->n_threads == 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     ctx->n_threads = n > 0 ? (int)n : 1;
   }
-  ctx->fallback = opts->fallback;
-  ctx->devices = strdup(opts->devices ? opts->devices : "cpu");
-  tsr_status_t s = ctx->devices ? TSR_OK : TSR_ERR(RESOURCE_EXHAUSTED, "context: devices");
+  if (ctx->opts.device_timeout_ms == 0) ctx->opts.device_timeout_ms = 10000;
+  ctx->devices = strdup(opts->devices && *opts->devices ? opts->devices : "cpu");
+  ctx->placement = dup_or_null(opts->placement);
+  ctx->trace_path = dup_or_null(opts->trace_path);
+  ctx->opts.devices = ctx->devices;
+  ctx->opts.placement = ctx->placement;
+  ctx->opts.trace_path = ctx->trace_path;
+  tsr_status_t s = TSR_OK;
+  if (!ctx->devices || (opts->placement && !ctx->placement) ||
+      (opts->trace_path && !ctx->trace_path))
+    s = TSR_ERR(RESOURCE_EXHAUSTED, "context: option strings");
   if (!s) s = tsr_threadpool_create(ctx->n_threads, &ctx->pool);
+  if (!s) s = open_devices(ctx);
+  if (!s && ctx->trace_path) s = tsr_trace_open(ctx->trace_path, &ctx->trace);
   if (s) {
     tsr_context_destroy(ctx);
     return tsr_status_annotate(s, "context");
@@ -48,7 +138,15 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
 
 void tsr_context_destroy(tsr_context_t *ctx) {
   if (!ctx) return;
+  for (int i = 0; i < ctx->n_devs; i++) {
+    tsr_hal_close(ctx->devs[i].hal);
+    pthread_mutex_destroy(&ctx->devs[i].lock);
+  }
+  free(ctx->devs);
+  tsr_trace_close(ctx->trace);
   tsr_threadpool_destroy(ctx->pool);
   free(ctx->devices);
+  free(ctx->placement);
+  free(ctx->trace_path);
   free(ctx);
 }

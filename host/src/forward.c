@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "offload.h"
 
 /* Prompt tokens are processed in chunks of at most this many rows, which
  * bounds the scratch memory while keeping GEMM shapes large. */
@@ -43,6 +43,7 @@ struct tsr_session {
   int8_t *qa;      /* (T, max in-features) quantized activations */
   float *qa_scale; /* (T)                          */
   int32_t *acc;    /* (T, max out-features) int32 accumulators */
+  tsr_exec_t *exec; /* the planned graph and the devices' side (owned) */
 };
 
 void tsr_session_options_init(tsr_session_options_t *o) {
@@ -105,12 +106,18 @@ tsr_status_t tsr_session_create(tsr_model_t *model, const tsr_session_options_t 
     tsr_session_destroy(s);
     return TSR_ERR(RESOURCE_EXHAUSTED, "session: KV cache of %zu floats and scratch", 2 * cache);
   }
+  tsr_status_t st = tsr_exec_create(model->ctx, model, s->precision, TSR_PREFILL_CHUNK, &s->exec);
+  if (st) {
+    tsr_session_destroy(s);
+    return tsr_status_annotate(st, "session");
+  }
   *out = s;
   return TSR_OK;
 }
 
 void tsr_session_destroy(tsr_session_t *s) {
   if (!s) return;
+  tsr_exec_destroy(s->exec);
   free(s->key_cache);
   free(s->value_cache);
   free(s->x);
@@ -131,24 +138,6 @@ void tsr_session_destroy(tsr_session_t *s) {
 
 int32_t tsr_session_pos(const tsr_session_t *s) { return s->pos; }
 void tsr_session_reset(tsr_session_t *s) { s->pos = 0; }
-
-/* out (T, rows) = x (T, cols) . W^T in the session's precision. */
-static void linear(tsr_session_t *s, float *out, const float *x, int32_t T,
-                   const tsr_linear_t *w) {
-  if (s->precision == TSR_PRECISION_INT8) {
-    tsr_quantize_rows(s->qa, s->qa_scale, x, T, w->cols);
-    tsr_qgemm(s->model->ctx->pool, s->model->ctx->isa, s->acc, (size_t)w->rows, s->qa,
-              (size_t)w->cols, &w->q, T);
-    tsr_dequantize(out, (size_t)w->rows, s->acc, (size_t)w->rows, s->qa_scale, w->q.scale, T,
-                   w->rows);
-  } else if (T == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, w->rows, w->cols, 1.0f, w->f32, w->cols, x, 1,
-                0.0f, out, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, w->rows, w->cols, 1.0f, x, w->cols,
-                w->f32, w->cols, 0.0f, out, w->rows);
-  }
-}
 
 /* Attention of T query rows at positions pos0.. over the cache of one layer,
  * one task per (row, head). */
@@ -185,56 +174,84 @@ static void attn_task(void *arg, int task, int thread) {
   }
 }
 
-/* Evaluates T <= TSR_PREFILL_CHUNK tokens at s->pos..; logits of the last. */
-static void forward_chunk(tsr_session_t *s, const int32_t *tokens, int32_t T, bool want_logits) {
+/* Evaluates T <= TSR_PREFILL_CHUNK tokens at s->pos.. by interpreting the
+ * planned graph: light ops here, matmul groups through the executor. */
+static tsr_status_t forward_chunk(tsr_session_t *s, const int32_t *tokens, int32_t T,
+                                  bool want_logits) {
   const tsr_model_t *m = s->model;
   const tsr_model_config_t *c = &m->cfg;
   const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
   const int32_t kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
   const int32_t pos0 = s->pos;
-  for (int32_t t = 0; t < T; t++)
-    memcpy(s->x + (size_t)t * dim, m->tok_embd + (size_t)tokens[t] * dim, sizeof(float) * dim);
-
-  for (int32_t l = 0; l < c->n_layers; l++) {
-    const tsr_layer_t *w = &m->layers[l];
-    for (int32_t t = 0; t < T; t++)
-      tsr_rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_att, dim, c->rms_eps);
-    /* xb holds T rows of width dim here (packed with stride dim). */
-    linear(s, s->q, s->xb, T, &w->wq);
-    linear(s, s->k, s->xb, T, &w->wk);
-    linear(s, s->v, s->xb, T, &w->wv);
-    const size_t loff = (size_t)l * (size_t)s->max_seq * (size_t)kv_dim;
-    for (int32_t t = 0; t < T; t++) {
-      tsr_rope(s->q + (size_t)t * q_dim, c->n_heads, hs, pos0 + t, c->rope_theta);
-      tsr_rope(s->k + (size_t)t * kv_dim, c->n_kv_heads, hs, pos0 + t, c->rope_theta);
-      memcpy(s->key_cache + loff + (size_t)(pos0 + t) * kv_dim, s->k + (size_t)t * kv_dim,
-             sizeof(float) * kv_dim);
-      memcpy(s->value_cache + loff + (size_t)(pos0 + t) * kv_dim, s->v + (size_t)t * kv_dim,
-             sizeof(float) * kv_dim);
+  const tsr_graph_t *g = tsr_exec_graph(s->exec, T);
+  /* Tensor storage; the attention output reuses xb, which is dead by then. */
+  float *buf[TSR_T_COUNT] = {
+      [TSR_T_X] = s->x,     [TSR_T_XB] = s->xb,   [TSR_T_Q] = s->q,
+      [TSR_T_K] = s->k,     [TSR_T_V] = s->v,     [TSR_T_ATT] = s->xb,
+      [TSR_T_XB2] = s->xb2, [TSR_T_HB] = s->hb,   [TSR_T_HB2] = s->hb2,
+      [TSR_T_LOGITS] = s->logits};
+  const tsr_offload_scratch_t sc = {s->qa, s->qa_scale, s->acc};
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    const bool final = n->layer < 0 && n->op != TSR_NODE_EMBED; /* norm + classifier */
+    if (final && !want_logits) break;
+    if (n->op == TSR_NODE_MATMUL) {
+      if (n->group != i) continue; /* ran with its group's first node */
+      float *outs[8];
+      for (int j = 0; j < n->group_size; j++) outs[j] = buf[g->nodes[i + j].out];
+      TSR_RETURN_IF(tsr_exec_matmul_group(s->exec, g, i, final ? 1 : T, buf[n->in], outs, &sc));
+      continue;
     }
-    attn_args_t aa = {s, l, pos0, T};
-    /* Waking workers costs microseconds: only worth it for enough work. */
-    const double attn_work = (double)T * c->n_heads * (pos0 + T) * hs;
-    tsr_threadpool_run(attn_work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
-                       T * c->n_heads, attn_task, &aa);
-    /* xb now holds T rows of width q_dim. */
-    linear(s, s->xb2, s->xb, T, &w->wo);
-    for (size_t i = 0; i < (size_t)T * dim; i++) s->x[i] += s->xb2[i];
-
-    for (int32_t t = 0; t < T; t++)
-      tsr_rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, w->rms_ffn, dim, c->rms_eps);
-    linear(s, s->hb, s->xb, T, &w->w1);
-    linear(s, s->hb2, s->xb, T, &w->w3);
-    tsr_swiglu(s->hb, s->hb2, T * hd);
-    linear(s, s->xb, s->hb, T, &w->w2);
-    for (size_t i = 0; i < (size_t)T * dim; i++) s->x[i] += s->xb[i];
+    double t0 = tsr_exec_op_begin(s->exec, n);
+    switch (n->op) {
+      case TSR_NODE_EMBED:
+        for (int32_t t = 0; t < T; t++)
+          memcpy(s->x + (size_t)t * dim, m->tok_embd + (size_t)tokens[t] * dim,
+                 sizeof(float) * dim);
+        break;
+      case TSR_NODE_RMSNORM:
+        if (final) /* the classifier needs the last row only */
+          tsr_rmsnorm(s->xb, s->x + (size_t)(T - 1) * dim, n->norm_w, dim, c->rms_eps);
+        else
+          for (int32_t t = 0; t < T; t++)
+            tsr_rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, n->norm_w, dim,
+                        c->rms_eps);
+        break;
+      case TSR_NODE_ROPE: {
+        const size_t loff = (size_t)n->layer * (size_t)s->max_seq * (size_t)kv_dim;
+        for (int32_t t = 0; t < T; t++) {
+          tsr_rope(s->q + (size_t)t * q_dim, c->n_heads, hs, pos0 + t, c->rope_theta);
+          tsr_rope(s->k + (size_t)t * kv_dim, c->n_kv_heads, hs, pos0 + t, c->rope_theta);
+          memcpy(s->key_cache + loff + (size_t)(pos0 + t) * kv_dim, s->k + (size_t)t * kv_dim,
+                 sizeof(float) * kv_dim);
+          memcpy(s->value_cache + loff + (size_t)(pos0 + t) * kv_dim,
+                 s->v + (size_t)t * kv_dim, sizeof(float) * kv_dim);
+        }
+        break;
+      }
+      case TSR_NODE_ATTENTION: {
+        attn_args_t aa = {s, n->layer, pos0, T};
+        /* Waking workers costs microseconds: only worth it for enough work. */
+        const double work = (double)T * c->n_heads * (pos0 + T) * hs;
+        tsr_threadpool_run(work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
+                           T * c->n_heads, attn_task, &aa);
+        break;
+      }
+      case TSR_NODE_ADD: {
+        const float *in = buf[n->in];
+        for (size_t j = 0; j < (size_t)T * dim; j++) s->x[j] += in[j];
+        break;
+      }
+      case TSR_NODE_SWIGLU:
+        tsr_swiglu(s->hb, s->hb2, T * hd);
+        break;
+      case TSR_NODE_MATMUL:
+        break;
+    }
+    tsr_exec_op_end(s->exec, n, t0);
   }
   s->pos += T;
-  if (!want_logits) return;
-  /* Only the last row's logits are needed. */
-  float *last = s->x + (size_t)(T - 1) * dim;
-  tsr_rmsnorm(last, last, m->rms_final, dim, c->rms_eps);
-  linear(s, s->logits, last, 1, &m->output);
+  return TSR_OK;
 }
 
 tsr_status_t tsr_session_eval(tsr_session_t *s, const int32_t *tokens, size_t n,
@@ -252,9 +269,31 @@ tsr_status_t tsr_session_eval(tsr_session_t *s, const int32_t *tokens, size_t n,
                      vocab);
   for (size_t done = 0; done < n;) {
     int32_t T = (int32_t)(n - done < TSR_PREFILL_CHUNK ? n - done : TSR_PREFILL_CHUNK);
-    forward_chunk(s, tokens + done, T, done + (size_t)T == n);
+    tsr_status_t st = forward_chunk(s, tokens + done, T, done + (size_t)T == n);
+    if (st) {
+      /* The cache holds a partial chunk: the session restarts from the
+       * last complete position. */
+      return tsr_status_annotate(st, "evaluating positions %d..%d", s->pos,
+                                 s->pos + T - 1);
+    }
     done += (size_t)T;
   }
   if (out_logits) *out_logits = s->logits;
   return TSR_OK;
+}
+
+void tsr_session_print_plan(const tsr_session_t *s, FILE *f) { tsr_exec_print_plan(s->exec, f); }
+
+void tsr_session_get_stats(const tsr_session_t *s, tsr_session_stats_t *out) {
+  tsr_exec_get_stats(s->exec, out);
+}
+
+void tsr_session_print_stats(const tsr_session_t *s, FILE *f) { tsr_exec_print_stats(s->exec, f); }
+
+void tsr_session_print_graph(const tsr_session_t *s, FILE *f) {
+  const char *names[64];
+  int n = s->exec->n_devs < 64 ? s->exec->n_devs : 64;
+  for (int i = 0; i < n; i++) names[i] = s->exec->devs[i].cd->name;
+  tsr_graph_print(&s->exec->decode, f, names);
+  tsr_graph_print(&s->exec->prefill, f, names);
 }

@@ -11,19 +11,39 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hal.h"
 #include "model_file.h"
 #include "qgemm.h"
 #include "status.h"
 #include "tessera.h"
 #include "threadpool.h"
 
+/* One entry of the context's device list. */
+typedef struct tsr_ctx_device {
+  char spec[160];          /* as given, e.g. "sim:latency=80"             */
+  char name[40];           /* display name: backend + index, e.g. "sim1"  */
+  bool host;               /* the "cpu" entry: run on the host            */
+  tsr_hal_device_t *hal;   /* open device (owned), NULL if host/absent    */
+  tsr_hal_caps_t caps;
+  char unavailable[320];   /* why `hal` is NULL for a device entry        */
+  pthread_mutex_t lock;    /* one session talks to the device at a time  */
+} tsr_ctx_device_t;
+
 struct tsr_context {
   int n_threads;
   tsr_threadpool_t *pool; /* CPU kernels' workers (owned) */
   tsr_isa_t isa;          /* int8 kernel chosen from CPUID */
-  char *devices;          /* device list as given (owned) */
-  bool fallback;
+  tsr_context_options_t opts; /* strings below are owned copies */
+  char *devices;
+  char *placement;
+  char *trace_path;
+  tsr_ctx_device_t *devs; /* (n_devs) */
+  int n_devs;
+  struct tsr_trace *trace; /* shared Chrome trace, or NULL */
 };
+
+/* Prints "tessera: warning: ..." unless the context is quiet. */
+void tsr_ctx_warn(const tsr_context_t *ctx, const char *fmt, ...) TSR_PRINTF(2, 3);
 
 /* One weight matrix y = W x, W (rows, cols), in the precisions in use. */
 typedef struct tsr_linear {

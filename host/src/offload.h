@@ -1,0 +1,120 @@
+/*
+ * offload.h - partitioning the graph across the host and the devices, and
+ * executing the device part as streamed tiles.
+ *
+ * Internal header. One tsr_exec_t per session:
+ *   plan.c  the partitioner: explicit passes over the graph (capability and
+ *           layer split, cost model per matmul group, user overrides), each
+ *           recording why a node went where it went;
+ *   exec.c  the executor: weights uploaded once and resident; activations
+ *           quantized on the host and streamed in row tiles through each
+ *           device's queue, two tiles in flight (double buffering), one
+ *           launch per tile carrying every descriptor of the group; results
+ *           dequantized by the shared routine; failures reset the device,
+ *           retry, then fall back to the host (contract 1 keeps the output
+ *           identical).
+ */
+#ifndef TSR_OFFLOAD_H
+#define TSR_OFFLOAD_H
+
+/* kernel_model.h (through tsr_regmap.h) must come before status.h: the
+ * register map's X-macro rows and the status macro share a name. */
+#include "kernel_model.h"
+
+#include "graph.h"
+#include "internal.h"
+
+/* Per-role counters (a role's nodes in every layer together). */
+typedef struct tsr_role_stats {
+  uint64_t calls;         /* node executions                          */
+  uint64_t device_calls;  /* of which ran (at least partly) on a device */
+  uint64_t tiles;         /* descriptors run by devices               */
+  uint64_t cycles;        /* device busy cycles (share of the launch) */
+  double proj_s;          /* those cycles at the device clock         */
+  uint64_t bytes_up, bytes_down;
+  uint64_t fallbacks;     /* tiles run on the host after a failure    */
+  double host_s;          /* wall time on the host for this role      */
+  double model_cycles;    /* cycles the cost model predicted           */
+} tsr_role_stats_t;
+
+/* A device as one session uses it. */
+typedef struct tsr_exec_dev {
+  tsr_ctx_device_t *cd;      /* borrowed from the context */
+  bool usable;               /* open, and not declared lost */
+  tsr_km_timing_t timing;    /* cost model from the caps */
+  tsr_hal_buffer_t a[2], c[2], ring[2]; /* staging slots, double-buffered */
+  uint64_t a_cap, c_cap, ring_cap;
+  int consecutive_failures;
+  int trace_track;
+  uint64_t launches, cycles, retries, fallbacks, resets;
+  double wait_wall_s;        /* host wall time spent waiting (simulation time for sim) */
+  double host_overhead_s;    /* quantize/prepare/copy/dequantize around device tiles */
+  uint64_t tiles;
+} tsr_exec_dev_t;
+
+/* Scratch the session lends the executor. */
+typedef struct tsr_offload_scratch {
+  int8_t *qa;      /* (T, k) */
+  float *qa_scale; /* (T)    */
+  int32_t *acc;    /* (T, n) */
+} tsr_offload_scratch_t;
+
+typedef struct tsr_exec {
+  tsr_context_t *ctx;
+  tsr_model_t *model;
+  tsr_precision_t precision;
+  tsr_graph_t decode;  /* T = 1 */
+  tsr_graph_t prefill; /* T = prefill_rows */
+  tsr_exec_dev_t *devs; /* (n_devs), one per context device entry */
+  int n_devs;
+  tsr_hal_buffer_t *weights; /* (n_layers + 1) * TSR_MM_COUNT, resident copies */
+  int *weight_dev;           /* device of each, -1 = none */
+  uint64_t weight_bytes;
+  int32_t k_max, group_n_max, desc_max; /* staging sizes */
+  tsr_role_stats_t roles[TSR_MM_COUNT];
+  double light_s[8];         /* host time per light op kind (tsr_node_op_t) */
+  uint64_t light_calls[8];
+  int track_cpu, track_copy;
+} tsr_exec_t;
+
+tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precision_t prec,
+                                int32_t prefill_rows, tsr_exec_t **out);
+void tsr_exec_destroy(tsr_exec_t *o);
+
+/* The planned graph for a batch of T rows. */
+static inline const tsr_graph_t *tsr_exec_graph(const tsr_exec_t *o, int32_t T) {
+  return T == 1 ? &o->decode : &o->prefill;
+}
+
+/* Runs the matmul group that starts at node `leader` of graph `g` for T
+ * rows: outs[i] (T, n_i) = x (T, k) . W_i^T for each member i. */
+tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_graph_t *g, int32_t leader,
+                                      int32_t T, const float *x, float *const *outs,
+                                      const tsr_offload_scratch_t *sc);
+
+/* Host-time accounting and tracing of a light op. */
+double tsr_exec_op_begin(tsr_exec_t *o, const tsr_node_t *n);
+void tsr_exec_op_end(tsr_exec_t *o, const tsr_node_t *n, double t0);
+
+/* plan.c: places every node of `g` (see the passes there). */
+tsr_status_t tsr_plan_graph(tsr_exec_t *o, tsr_graph_t *g);
+/* Modeled per-evaluation seconds of `g` as planned: host matmuls (measured
+ * kernel time), transfers (link model), device (cycle model). */
+void tsr_plan_totals(const tsr_exec_t *o, const tsr_graph_t *g, double *cpu_s,
+                     double *xfer_s, double *dev_s);
+
+/* Row tiles of a T-row matmul group on a device: rows per tile, and the
+ * descriptors one tile needs for members of n[i] outputs (N split into
+ * chunks of at most `n_chunk`). Exposed for the tests. */
+int32_t tsr_tile_rows(const tsr_hal_caps_t *caps, int32_t T);
+int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk);
+#define TSR_TILE_N_CHUNK 4096
+
+double tsr_now_s(void);
+
+/* report.c */
+void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f);
+void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f);
+void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out);
+
+#endif

@@ -1,0 +1,272 @@
+/*
+ * plan.c - the partitioner: places the graph's nodes on the host or on a
+ * device, in explicit passes (ggml's scheduler is the model), recording the
+ * cause of every placement.
+ *
+ *   pass 1  capability and layer split: light ops stay on the host; each
+ *           layer belongs to one entry of the device list (contiguous
+ *           ranges: model parallelism); a matmul is a candidate for that
+ *           entry's device if the session is int8, the device is open and
+ *           runs int8 GEMM, and K fits the device.
+ *   pass 2  cost, per group (matmuls that read the same activations, sent
+ *           as one upload and one launch): host time = the int8 kernel
+ *           measured on this machine for the group's shapes; device time =
+ *           the kernel's cycle model at the device's clock plus a launch;
+ *           transfers = per-transfer latency plus bytes over the link
+ *           bandwidth (activations up once, every result down). The policy
+ *           decides: all, none, or auto (the faster side).
+ *   pass 3  overrides from --place, which win over the cost model.
+ * Weights that do not fit in device memory are moved back to the host when
+ * they are uploaded (exec.c), with that cause.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "offload.h"
+
+double tsr_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median wall time of the host int8 kernel on this shape, with these
+ * weights (so the measurement sees the real cache footprint). */
+static double measure_cpu(const tsr_exec_t *o, const tsr_linear_t *w, int32_t m) {
+  const size_t k = (size_t)w->cols, n = (size_t)w->rows;
+  int8_t *a = malloc((size_t)m * k);
+  int32_t *c = malloc(sizeof(int32_t) * (size_t)m * n);
+  if (!a || !c) {
+    free(a);
+    free(c);
+    return INFINITY;
+  }
+  for (size_t i = 0; i < (size_t)m * k; i++) a[i] = (int8_t)(i * 37 + 11);
+  double t[5];
+  for (int r = 0; r < 5; r++) {
+    double t0 = tsr_now_s();
+    tsr_qgemm(o->ctx->pool, o->ctx->isa, c, n, a, k, &w->q, m);
+    t[r] = tsr_now_s() - t0;
+  }
+  free(a);
+  free(c);
+  qsort(t, 5, sizeof(double), cmp_double);
+  return t[2];
+}
+
+/* Which entry of the device list owns `layer` (-1: the classifier, which
+ * goes with the last layer). */
+static int layer_entry(const tsr_exec_t *o, int32_t layer) {
+  const int32_t L = o->model->cfg.n_layers;
+  if (layer < 0) layer = L - 1;
+  return (int)((int64_t)layer * o->n_devs / L);
+}
+
+static void transfer_cost(const tsr_hal_caps_t *c, int32_t m, int32_t k, const int32_t *ns,
+                          int count, double *xfer) {
+  double bytes = (double)m * k; /* int8 activations, once for the group */
+  for (int i = 0; i < count; i++) bytes += 4.0 * m * ns[i];
+  *xfer = c->link_latency_s * (1 + count) + (c->link_bytes_per_s > 0 ? bytes / c->link_bytes_per_s : 0);
+}
+
+/* Applies "--place op=where,..." to the graph. */
+static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_graph_t *g, const char *spec) {
+  const char *p = spec;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[96];
+    if (len == 0 || len >= sizeof item)
+      return TSR_ERR(INVALID_ARGUMENT, "placement '%s': bad item at offset %zu", spec,
+                     (size_t)(p - spec));
+    memcpy(item, p, len);
+    item[len] = '\0';
+    char *eq = strchr(item, '=');
+    if (!eq) return TSR_ERR(INVALID_ARGUMENT, "placement item '%s': expected op=where", item);
+    *eq = '\0';
+    const char *op = item, *where = eq + 1;
+    bool roles[TSR_MM_COUNT] = {false};
+    bool any = false;
+    for (int r = 0; r < TSR_MM_COUNT; r++) {
+      bool attn = r <= TSR_MM_O, ffn = r >= TSR_MM_GATE && r <= TSR_MM_DOWN;
+      roles[r] = !strcmp(op, tsr_mm_role_name((tsr_mm_role_t)r)) || !strcmp(op, "all") ||
+                 (attn && !strcmp(op, "attn")) || (ffn && !strcmp(op, "ffn"));
+      any |= roles[r];
+    }
+    if (!any)
+      return TSR_ERR(INVALID_ARGUMENT,
+                     "placement item '%s=%s': unknown op '%s' (known: attn_q, attn_k, attn_v, "
+                     "attn_out, ffn_gate, ffn_up, ffn_down, output, attn, ffn, all)",
+                     op, where, op);
+    /* where: cpu, devN, or a device name (its first entry, or its own
+     * entry when it owns the layer). */
+    int dev = -2;
+    if (!strcmp(where, "cpu")) dev = TSR_PLACE_CPU;
+    else if (!strncmp(where, "dev", 3) && where[3] >= '0' && where[3] <= '9') {
+      char *e = NULL;
+      long v = strtol(where + 3, &e, 10);
+      if (*e == '\0' && v >= 0 && v < o->n_devs) dev = (int)v;
+    } else {
+      for (int d = 0; d < o->n_devs && dev == -2; d++)
+        if (!strcmp(o->devs[d].cd->name, where) || !strcmp(o->devs[d].cd->spec, where)) dev = d;
+    }
+    if (dev == -2)
+      return TSR_ERR(INVALID_ARGUMENT, "placement item '%s=%s': no device '%s' in the list",
+                     op, where, where);
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      tsr_node_t *n = &g->nodes[i];
+      if (n->op != TSR_NODE_MATMUL || !roles[n->role]) continue;
+      int target = dev;
+      if (target >= 0 && (o->devs[target].cd->host || !o->devs[target].usable ||
+                          o->precision != TSR_PRECISION_INT8)) {
+        snprintf(n->cause, sizeof n->cause, "--place %s=%s, but %s: host", op, where,
+                 o->precision != TSR_PRECISION_INT8 ? "fp32 runs on the host only"
+                                                    : "that entry has no usable device");
+        n->device = TSR_PLACE_CPU;
+        continue;
+      }
+      n->device = target;
+      snprintf(n->cause, sizeof n->cause, "--place %s=%s", op, where);
+    }
+    p = end ? end + 1 : p + len;
+  }
+  return TSR_OK;
+}
+
+tsr_status_t tsr_plan_graph(tsr_exec_t *o, tsr_graph_t *g) {
+  const tsr_exec_t *co = o;
+  /* Measured host times, cached by shape within this plan. */
+  struct { int32_t m, n, k; double s; } cache[32];
+  int n_cache = 0;
+
+  /* pass 1: capability and layer split */
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    tsr_node_t *n = &g->nodes[i];
+    n->device = TSR_PLACE_CPU;
+    n->est_cpu_s = n->est_dev_s = n->est_xfer_s = 0;
+    if (n->op != TSR_NODE_MATMUL) {
+      snprintf(n->cause, sizeof n->cause, "light op: runs on the host");
+      continue;
+    }
+    int e = layer_entry(co, n->layer);
+    const tsr_exec_dev_t *d = &co->devs[e];
+    if (o->precision != TSR_PRECISION_INT8)
+      snprintf(n->cause, sizeof n->cause, "fp32 precision: devices run int8 only");
+    else if (d->cd->host)
+      snprintf(n->cause, sizeof n->cause, "layer split: this layer belongs to entry %d (cpu)", e);
+    else if (!d->usable)
+      snprintf(n->cause, sizeof n->cause, "%.40s unavailable: %.140s", d->cd->spec,
+               d->cd->unavailable[0] ? d->cd->unavailable : "declared lost");
+    else if (!(d->cd->caps.ops & (1u << TSR_OP_GEMM_I8_I32)))
+      snprintf(n->cause, sizeof n->cause, "%s has no int8 GEMM", d->cd->name);
+    else if ((uint32_t)n->k > d->cd->caps.max_dim)
+      snprintf(n->cause, sizeof n->cause, "K=%d exceeds %s's limit %u", n->k, d->cd->name,
+               d->cd->caps.max_dim);
+    else
+      n->device = e; /* candidate, decided in pass 2 */
+  }
+
+  /* pass 2: cost model per group, then the policy. The host side is only
+   * measured when some device could take work. */
+  bool any_device = false;
+  for (int d = 0; d < o->n_devs; d++) any_device |= o->devs[d].usable;
+  for (int32_t i = 0; any_device && i < g->n_nodes; i++) {
+    tsr_node_t *lead = &g->nodes[i];
+    if (lead->op != TSR_NODE_MATMUL || lead->group != i) continue;
+    int cnt = lead->group_size;
+    double cpu = 0, dev = 0, xfer = 0;
+    int32_t ns[8];
+    int e = lead->device;
+    for (int j = 0; j < cnt; j++) {
+      tsr_node_t *n = &g->nodes[i + j];
+      ns[j] = n->n;
+      double s = -1;
+      for (int c = 0; c < n_cache; c++)
+        if (cache[c].m == n->m && cache[c].n == n->n && cache[c].k == n->k) s = cache[c].s;
+      if (s < 0 && o->precision == TSR_PRECISION_INT8) {
+        s = measure_cpu(co, n->w, n->m);
+        if (n_cache < 32) cache[n_cache++] = (__typeof__(cache[0])){n->m, n->n, n->k, s};
+      }
+      n->est_cpu_s = s > 0 ? s : 0;
+      cpu += n->est_cpu_s;
+      if (e >= 0) {
+        const tsr_exec_dev_t *d = &co->devs[e];
+        n->est_dev_s = (double)tsr_km_gemm_cycles(&d->timing, (uint32_t)n->m, (uint32_t)n->n,
+                                                  (uint32_t)n->k) / d->timing.clock_hz;
+        dev += n->est_dev_s;
+      }
+    }
+    if (e < 0) continue; /* pass 1 already decided: host */
+    const tsr_hal_caps_t *caps = &co->devs[e].cd->caps;
+    dev += caps->launch_latency_s;
+    transfer_cost(caps, lead->m, lead->k, ns, cnt, &xfer);
+    for (int j = 0; j < cnt; j++) {
+      tsr_node_t *n = &g->nodes[i + j];
+      n->est_xfer_s = xfer / cnt;
+      n->est_dev_s += caps->launch_latency_s / cnt;
+    }
+    const char *dname = co->devs[e].cd->name;
+    int place;
+    char cause[192];
+    switch (o->ctx->opts.offload) {
+      case TSR_OFFLOAD_ALL:
+        place = e;
+        snprintf(cause, sizeof cause, "--offload all");
+        break;
+      case TSR_OFFLOAD_NONE:
+        place = TSR_PLACE_CPU;
+        snprintf(cause, sizeof cause, "--offload none");
+        break;
+      default:
+        place = dev + xfer < cpu ? e : TSR_PLACE_CPU;
+        snprintf(cause, sizeof cause, "%s: %s %.1f us + transfers %.1f us %s host %.1f us",
+                 place >= 0 ? "cost" : "cost", dname, dev * 1e6, xfer * 1e6,
+                 place >= 0 ? "<" : ">=", cpu * 1e6);
+        break;
+    }
+    for (int j = 0; j < cnt; j++) {
+      tsr_node_t *n = &g->nodes[i + j];
+      n->device = place;
+      snprintf(n->cause, sizeof n->cause, "%s", cause);
+    }
+  }
+
+  /* pass 3: user overrides */
+  if (o->ctx->opts.placement && *o->ctx->opts.placement)
+    TSR_RETURN_IF(apply_overrides(o, g, o->ctx->opts.placement));
+  return TSR_OK;
+}
+
+void tsr_plan_totals(const tsr_exec_t *o, const tsr_graph_t *g, double *cpu_s,
+                     double *xfer_s, double *dev_s) {
+  (void)o;
+  *cpu_s = *xfer_s = *dev_s = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_MATMUL) continue;
+    if (n->device == TSR_PLACE_CPU) {
+      *cpu_s += n->est_cpu_s;
+    } else {
+      *xfer_s += n->est_xfer_s;
+      *dev_s += n->est_dev_s;
+    }
+  }
+}
+
+int32_t tsr_tile_rows(const tsr_hal_caps_t *caps, int32_t T) {
+  int32_t r = caps->array_rows ? (int32_t)caps->array_rows : 16;
+  return T < r ? T : r;
+}
+
+int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk) {
+  int32_t d = 0;
+  for (int i = 0; i < count; i++) d += (n[i] + n_chunk - 1) / n_chunk;
+  return d;
+}

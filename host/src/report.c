@@ -1,0 +1,139 @@
+/*
+ * report.c - what `tessera plan` and `--stats` print: the placement of the
+ * session's graph with causes and the modeled time split, and what actually
+ * ran where. Device time is always cycles at the device's stated clock; the
+ * host wall time spent waiting for a simulated device is printed apart and
+ * labelled as simulation time.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "offload.h"
+
+static void print_graph_plan(const tsr_exec_t *o, const tsr_graph_t *g, FILE *f) {
+  fprintf(f, "\n%s graph (%d row%s per evaluation): matmul placement\n",
+          g->T == 1 ? "decode" : "prefill", g->T, g->T == 1 ? "" : "s");
+  fprintf(f, "  %5s %-9s %-18s %-7s %10s %10s %10s  %s\n", "layer", "op", "m x n x k", "place",
+          "host us", "device us", "xfer us", "cause");
+  int light = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_MATMUL) {
+      light++;
+      continue;
+    }
+    char shape[40];
+    snprintf(shape, sizeof shape, "%dx%dx%d", n->m, n->n, n->k);
+    const char *place = n->device < 0 ? "cpu" : o->devs[n->device].cd->name;
+    char layer[12];
+    if (n->layer < 0) snprintf(layer, sizeof layer, "-");
+    else snprintf(layer, sizeof layer, "%d", n->layer);
+    fprintf(f, "  %5s %-9s %-18s %-7s %10.1f %10.1f %10.1f  %s\n", layer,
+            tsr_mm_role_name(n->role), shape, place, n->est_cpu_s * 1e6, n->est_dev_s * 1e6,
+            n->est_xfer_s * 1e6, n->cause);
+  }
+  double cpu, xfer, dev;
+  tsr_plan_totals(o, g, &cpu, &xfer, &dev);
+  fprintf(f, "  + %d light ops (embedding, norms, RoPE, attention, SwiGLU, residuals) on the host\n",
+          light);
+  fprintf(f, "  projected per evaluation: host matmuls %.1f us, transfers %.1f us, device %.1f us "
+             "(light ops not modeled; see --stats for measured time)\n",
+          cpu * 1e6, xfer * 1e6, dev * 1e6);
+}
+
+void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
+  fprintf(f, "devices (layers split in order across the entries):\n");
+  for (int i = 0; i < o->n_devs; i++) {
+    const tsr_ctx_device_t *cd = o->devs[i].cd;
+    if (cd->host) {
+      fprintf(f, "  dev%d %-7s the host CPU\n", i, cd->name);
+    } else if (!cd->hal) {
+      fprintf(f, "  dev%d %-7s unavailable: %s\n", i, cd->name, cd->unavailable);
+    } else {
+      const tsr_hal_caps_t *c = &cd->caps;
+      fprintf(f, "  dev%d %-7s %s: %ux%u MACs at %.0f MHz, %.0f B/cycle memory, link %.1f GB/s "
+                 "+ %.0f us, launch %.0f us\n",
+              i, cd->name, c->name, c->array_rows, c->array_cols, c->clock_hz / 1e6,
+              c->mem_bytes_per_cycle, c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6,
+              c->launch_latency_s * 1e6);
+    }
+  }
+  fprintf(f, "precision %s, offload policy %s%s%s\n",
+          o->precision == TSR_PRECISION_INT8 ? "int8" : "fp32",
+          o->ctx->opts.offload == TSR_OFFLOAD_ALL    ? "all"
+          : o->ctx->opts.offload == TSR_OFFLOAD_NONE ? "none"
+                                                     : "auto",
+          o->ctx->opts.placement ? ", overrides " : "",
+          o->ctx->opts.placement ? o->ctx->opts.placement : "");
+  if (o->weight_bytes)
+    fprintf(f, "weights resident on devices: %.2f MiB\n", (double)o->weight_bytes / 1048576.0);
+  print_graph_plan(o, &o->decode, f);
+  print_graph_plan(o, &o->prefill, f);
+}
+
+void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
+  memset(out, 0, sizeof(*out));
+  for (int r = 0; r < TSR_MM_COUNT; r++) {
+    const tsr_role_stats_t *s = &o->roles[r];
+    out->bytes_to_device += s->bytes_up;
+    out->bytes_from_device += s->bytes_down;
+    out->fallbacks += s->fallbacks;
+    out->cpu_s += s->host_s;
+  }
+  for (int i = 0; i < 8; i++) out->cpu_s += o->light_s[i];
+  for (int i = 0; i < o->n_devs; i++) {
+    const tsr_exec_dev_t *d = &o->devs[i];
+    out->device_calls += d->launches;
+    out->device_tiles += d->tiles;
+    out->device_cycles += d->cycles;
+    if (d->timing.clock_hz > 0) out->device_projected_s += (double)d->cycles / d->timing.clock_hz;
+    out->retries += d->retries;
+  }
+  out->weight_bytes = o->weight_bytes;
+}
+
+void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
+  fprintf(f, "\nstats: per op (all layers together)\n");
+  fprintf(f, "  %-9s %7s %7s %8s %11s %11s %12s %12s %10s %10s %6s\n", "op", "calls", "on dev",
+          "tiles", "bytes up", "bytes down", "dev cycles", "model cyc", "dev ms*", "host ms",
+          "fallbk");
+  for (int r = 0; r < TSR_MM_COUNT; r++) {
+    const tsr_role_stats_t *s = &o->roles[r];
+    if (!s->calls) continue;
+    fprintf(f, "  %-9s %7" PRIu64 " %7" PRIu64 " %8" PRIu64 " %11" PRIu64 " %11" PRIu64
+               " %12" PRIu64 " %12.0f %10.3f %10.3f %6" PRIu64 "\n",
+            tsr_mm_role_name((tsr_mm_role_t)r), s->calls, s->device_calls, s->tiles, s->bytes_up,
+            s->bytes_down, s->cycles, s->model_cycles, s->proj_s * 1e3, s->host_s * 1e3,
+            s->fallbacks);
+  }
+  for (int op = 0; op < 8; op++) {
+    if (!o->light_calls[op] || op == TSR_NODE_MATMUL) continue;
+    fprintf(f, "  %-9s %7" PRIu64 " %7s %8s %11s %11s %12s %12s %10s %10.3f\n",
+            tsr_node_op_name((tsr_node_op_t)op), o->light_calls[op], "-", "-", "-", "-", "-", "-",
+            "-", o->light_s[op] * 1e3);
+  }
+  fprintf(f, "  * dev ms: device cycles at the device's stated clock (projected hardware time)\n");
+  for (int i = 0; i < o->n_devs; i++) {
+    const tsr_exec_dev_t *d = &o->devs[i];
+    if (!d->cd->hal) continue;
+    double proj = d->timing.clock_hz > 0 ? (double)d->cycles / d->timing.clock_hz : 0;
+    fprintf(f, "device %s (%s): %" PRIu64 " launches, %" PRIu64 " tiles, %" PRIu64
+               " cycles = %.3f ms at %.0f MHz; retries %" PRIu64 ", resets %" PRIu64
+               ", tiles fallen back %" PRIu64 "%s\n",
+            d->cd->name, d->cd->caps.name, d->launches, d->tiles, d->cycles, proj * 1e3,
+            d->timing.clock_hz / 1e6, d->retries, d->resets, d->fallbacks,
+            d->usable ? "" : " (lost: its work moved to the CPU)");
+    fprintf(f, "  host wall time waiting for it: %.3f ms%s; host cost around its tiles: %.3f ms "
+               "(%.2f us per tile)\n",
+            d->wait_wall_s * 1e3,
+            strncmp(d->cd->spec, "sim", 3) ? "" : " (simulation time, not hardware time)",
+            d->host_overhead_s * 1e3, d->tiles ? d->host_overhead_s * 1e6 / (double)d->tiles : 0.0);
+  }
+  tsr_session_stats_t t;
+  tsr_exec_get_stats(o, &t);
+  fprintf(f, "totals: host ops %.3f ms, device %.3f ms projected (%" PRIu64 " cycles), %" PRIu64
+             " B to devices, %" PRIu64 " B from devices, %" PRIu64 " B of weights resident, %"
+             PRIu64 " fallbacks, %" PRIu64 " retries\n",
+          t.cpu_s * 1e3, t.device_projected_s * 1e3, t.device_cycles, t.bytes_to_device,
+          t.bytes_from_device, t.weight_bytes, t.fallbacks, t.retries);
+}
