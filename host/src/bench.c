@@ -175,75 +175,64 @@ typedef struct {
 
 #ifdef TSR_BENCH_X86
 /* 12 independent accumulator chains cover latency x throughput of
- * vpdpbusd / vfmadd on current cores (latency ~4-5, 2 per cycle). */
-#define TSR_PEAK_BODY(T, op, a, b)                                                        \
+ * vpdpbusd / vfmadd on current cores (latency ~4-5, up to 2 per cycle).
+ * The body is one asm statement so the compiler can neither merge the
+ * chains nor drop them: exactly 12 instructions per iteration. */
+#define TSR_PEAK_ASM(insn, c)                                                             \
+  __asm__ volatile(insn " %[b], %[a], %[c0]\n\t" insn " %[b], %[a], %[c1]\n\t"          \
+                   insn " %[b], %[a], %[c2]\n\t" insn " %[b], %[a], %[c3]\n\t"          \
+                   insn " %[b], %[a], %[c4]\n\t" insn " %[b], %[a], %[c5]\n\t"          \
+                   insn " %[b], %[a], %[c6]\n\t" insn " %[b], %[a], %[c7]\n\t"          \
+                   insn " %[b], %[a], %[c8]\n\t" insn " %[b], %[a], %[c9]\n\t"          \
+                   insn " %[b], %[a], %[c10]\n\t" insn " %[b], %[a], %[c11]\n\t"        \
+                   : [c0] "+v"(c##0), [c1] "+v"(c##1), [c2] "+v"(c##2), [c3] "+v"(c##3),  \
+                     [c4] "+v"(c##4), [c5] "+v"(c##5), [c6] "+v"(c##6), [c7] "+v"(c##7),  \
+                     [c8] "+v"(c##8), [c9] "+v"(c##9), [c10] "+v"(c##10), [c11] "+v"(c##11) \
+                   : [a] "v"(a), [b] "v"(b))
+
+/* Named registers around the loop: an array would live in memory. */
+#define TSR_PEAK_LOOP(T, insn, arr)                                                       \
   do {                                                                                    \
-    acc0 = op(acc0, a, b); acc1 = op(acc1, a, b); acc2 = op(acc2, a, b);                  \
-    acc3 = op(acc3, a, b); acc4 = op(acc4, a, b); acc5 = op(acc5, a, b);                  \
-    acc6 = op(acc6, a, b); acc7 = op(acc7, a, b); acc8 = op(acc8, a, b);                  \
-    acc9 = op(acc9, a, b); acc10 = op(acc10, a, b); acc11 = op(acc11, a, b);              \
+    T c0 = arr[0], c1 = arr[1], c2 = arr[2], c3 = arr[3], c4 = arr[4], c5 = arr[5];        \
+    T c6 = arr[6], c7 = arr[7], c8 = arr[8], c9 = arr[9], c10 = arr[10], c11 = arr[11];    \
+    for (int i = 0; i < TSR_PEAK_ITERS; ++i) TSR_PEAK_ASM(insn, c);                       \
+    arr[0] = c0, arr[1] = c1, arr[2] = c2, arr[3] = c3, arr[4] = c4, arr[5] = c5;          \
+    arr[6] = c6, arr[7] = c7, arr[8] = c8, arr[9] = c9, arr[10] = c10, arr[11] = c11;      \
   } while (0)
 
 __attribute__((target("avx512f,avx512vnni"))) static uint64_t peak_vnni512(void) {
-  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
-  __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
-          acc5 = acc0, acc6 = acc0, acc7 = acc0, acc8 = acc0, acc9 = acc0, acc10 = acc0, acc11 = acc0;
-  for (int i = 0; i < TSR_PEAK_ITERS; ++i) {
-    /* the empty asm keeps the operands opaque so the loop is not folded */
-    __asm__ volatile("" : "+v"(a), "+v"(b));
-    TSR_PEAK_BODY(__m512i, _mm512_dpbusd_epi32, a, b);
-  }
-  __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(acc0, acc1), _mm512_add_epi32(acc2, acc3)),
-                               _mm512_add_epi32(_mm512_add_epi32(acc4, acc5), _mm512_add_epi32(acc6, acc7)));
-  s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(acc8, acc9), _mm512_add_epi32(acc10, acc11)));
-  return (uint64_t)(uint32_t)_mm512_reduce_add_epi32(s);
+  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5), c[12];
+  for (int i = 0; i < 12; ++i) c[i] = _mm512_set1_epi32(i);
+  TSR_PEAK_LOOP(__m512i, "vpdpbusd", c);
+  for (int i = 1; i < 12; ++i) c[0] = _mm512_add_epi32(c[0], c[i]);
+  return (uint64_t)(uint32_t)_mm512_reduce_add_epi32(c[0]);
 }
 
 __attribute__((target("avx512f"))) static uint64_t peak_fma512(void) {
-  __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
-         acc5 = acc0, acc6 = acc0, acc7 = acc0, acc8 = acc0, acc9 = acc0, acc10 = acc0, acc11 = acc0;
-#define TSR_FMA512(acc, x, y) _mm512_fmadd_ps(x, acc, y)
-  for (int i = 0; i < TSR_PEAK_ITERS; ++i) {
-    __asm__ volatile("" : "+v"(a), "+v"(b));
-    TSR_PEAK_BODY(__m512, TSR_FMA512, a, b);
-  }
-  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)),
-                           _mm512_add_ps(_mm512_add_ps(acc4, acc5), _mm512_add_ps(acc6, acc7)));
-  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(acc8, acc9), _mm512_add_ps(acc10, acc11)));
-  return (uint64_t)_mm512_reduce_add_ps(s);
+  __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f), c[12];
+  for (int i = 0; i < 12; ++i) c[i] = _mm512_set1_ps((float)i);
+  TSR_PEAK_LOOP(__m512, "vfmadd231ps", c);
+  for (int i = 1; i < 12; ++i) c[0] = _mm512_add_ps(c[0], c[i]);
+  return (uint64_t)_mm512_reduce_add_ps(c[0]);
 }
 
 /* AVX2 has no VNNI in the -mavx2 kernels: the int8 path there is
- * vpmaddwd + vpaddd on int16, 16 MACs per pair of instructions. */
-#define TSR_MADD256(acc, x, y) _mm256_add_epi32(acc, _mm256_madd_epi16(x, y))
+ * vpmaddwd + vpaddd on int16; vpmaddwd alone is timed (16 MACs per ymm),
+ * an upper bound for that kernel. */
 __attribute__((target("avx2"))) static uint64_t peak_madd256(void) {
-  __m256i a = _mm256_set1_epi16(3), b = _mm256_set1_epi16(-5);
-  __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
-          acc5 = acc0, acc6 = acc0, acc7 = acc0, acc8 = acc0, acc9 = acc0, acc10 = acc0, acc11 = acc0;
-  for (int i = 0; i < TSR_PEAK_ITERS; ++i) {
-    __asm__ volatile("" : "+x"(a), "+x"(b));
-    TSR_PEAK_BODY(__m256i, TSR_MADD256, a, b);
-  }
-  __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(acc0, acc1), _mm256_add_epi32(acc2, acc3)),
-                               _mm256_add_epi32(_mm256_add_epi32(acc4, acc5), _mm256_add_epi32(acc6, acc7)));
-  s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(acc8, acc9), _mm256_add_epi32(acc10, acc11)));
-  return (uint64_t)(uint32_t)_mm256_extract_epi32(s, 0);
+  __m256i a = _mm256_set1_epi16(3), b = _mm256_set1_epi16(-5), c[12];
+  for (int i = 0; i < 12; ++i) c[i] = _mm256_set1_epi32(i);
+  TSR_PEAK_LOOP(__m256i, "vpmaddwd", c);
+  for (int i = 1; i < 12; ++i) c[0] = _mm256_add_epi32(c[0], c[i]);
+  return (uint64_t)(uint32_t)_mm256_extract_epi32(c[0], 0);
 }
 
-#define TSR_FMA256(acc, x, y) _mm256_fmadd_ps(x, acc, y)
 __attribute__((target("avx2,fma"))) static uint64_t peak_fma256(void) {
-  __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0,
-         acc5 = acc0, acc6 = acc0, acc7 = acc0, acc8 = acc0, acc9 = acc0, acc10 = acc0, acc11 = acc0;
-  for (int i = 0; i < TSR_PEAK_ITERS; ++i) {
-    __asm__ volatile("" : "+x"(a), "+x"(b));
-    TSR_PEAK_BODY(__m256, TSR_FMA256, a, b);
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)),
-                           _mm256_add_ps(_mm256_add_ps(acc4, acc5), _mm256_add_ps(acc6, acc7)));
-  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(acc8, acc9), _mm256_add_ps(acc10, acc11)));
-  return (uint64_t)_mm256_cvtss_f32(s);
+  __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f), c[12];
+  for (int i = 0; i < 12; ++i) c[i] = _mm256_set1_ps((float)i);
+  TSR_PEAK_LOOP(__m256, "vfmadd231ps", c);
+  for (int i = 1; i < 12; ++i) c[0] = _mm256_add_ps(c[0], c[i]);
+  return (uint64_t)_mm256_cvtss_f32(c[0]);
 }
 #endif
 

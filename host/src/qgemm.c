@@ -292,21 +292,59 @@ static void block_task(void *arg, int task, int thread) {
                          j->wbufs + (size_t)thread * tsr_qgemm_wpack_size());
 }
 
+/* Packing scratch is kept between calls: a fresh multi-MiB allocation is
+ * an mmap whose pages the kernel faults in and zeroes on every call, which
+ * cost a quarter of a prefill GEMM. One cached buffer, taken with an
+ * atomic exchange so concurrent callers each get their own. */
+typedef struct {
+  size_t size;
+  uint8_t *data; /* 2 MiB aligned */
+} scratch_t;
+
+static _Atomic(scratch_t *) g_scratch;
+
+static void scratch_free(scratch_t *s) {
+  if (s) free(s->data);
+  free(s);
+}
+
+static scratch_t *scratch_get(size_t size) {
+  scratch_t *s = atomic_exchange(&g_scratch, NULL);
+  if (s && s->size >= size) return s;
+  scratch_free(s);
+  const size_t huge = (size_t)2 << 20;
+  size = (size + huge - 1) & ~(huge - 1);
+  s = malloc(sizeof(*s));
+  uint8_t *d = aligned_alloc(huge, size);
+  if (!s || !d) {
+    free(s);
+    free(d);
+    return NULL;
+  }
+  (void)madvise(d, size, MADV_HUGEPAGE);
+  s->size = size;
+  s->data = d;
+  return s;
+}
+
+static void scratch_put(scratch_t *s) { scratch_free(atomic_exchange(&g_scratch, s)); }
+
 /* The packed AVX-512 path; false if scratch memory is unavailable (the
  * caller then uses the row kernels, which need none). */
 static int qgemm_packed(tsr_threadpool_t *pool, qgemm_job_t *j) {
   const int nt = tsr_threadpool_size(pool);
   size_t asz = (tsr_qgemm_apack_size(j->m, j->k) + 63) & ~(size_t)63;
   size_t wsz = tsr_qgemm_wpack_size();
-  uint8_t *scratch = aligned_alloc(64, asz + wsz * (size_t)nt);
-  if (!scratch) return 0;
+  scratch_t *sc = scratch_get(asz + wsz * (size_t)nt);
+  if (!sc) return 0;
+  uint8_t *scratch = sc->data;
   j->apack = scratch;
   j->wbufs = (int8_t *)(scratch + asz);
   int32_t nmb = (j->m + TSR_QGEMM_MR - 1) / TSR_QGEMM_MR;
   j->mb_per_task = (nmb + 4 * nt - 1) / (4 * nt);
   tsr_threadpool_run(pool, (nmb + j->mb_per_task - 1) / j->mb_per_task, pack_a_task, j);
   tsr_threadpool_run(pool, (j->n + TSR_QGEMM_NC - 1) / TSR_QGEMM_NC, block_task, j);
-  free(scratch);
+  scratch_put(sc);
   return 1;
 }
 

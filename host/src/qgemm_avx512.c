@@ -21,10 +21,11 @@ TSR_INLINE __mmask64 tail_mask(int rem) { return rem >= 64 ? ~0ull : ((1ull << r
 /* Row kernel: MA rows of A against NW rows of W, straight from memory.      */
 /* ------------------------------------------------------------------------ */
 
-/* How far ahead (bytes) to prefetch each W row stream. The hardware
- * prefetcher follows a few sequential streams; the hint keeps every row's
- * next lines in flight when NW streams interleave. */
-enum { TSR_ROWS_PREFETCH = 512 };
+/* W rows of one call are adjacent in memory (ldw == K for a qmatrix), and
+ * each row is a short stream (K bytes) that the hardware prefetcher would
+ * have to re-learn. So while a group of NW rows is consumed, the same
+ * offsets of the next group (NW rows further) are prefetched: the whole
+ * weight block streams with a lead of one group. */
 
 TSR_INLINE void rows_tile(int MA, int NW, int need_sum, int32_t *c, size_t ldc,
                           const int8_t *a, size_t lda, const int8_t *w, size_t ldw,
@@ -40,7 +41,7 @@ TSR_INLINE void rows_tile(int MA, int NW, int need_sum, int32_t *c, size_t ldc,
   for (; kk + 64 <= k; kk += 64) {
     __m512i wv[4];
     for (int j = 0; j < NW; ++j) {
-      _mm_prefetch((const char *)(w + (size_t)j * ldw + kk + TSR_ROWS_PREFETCH), _MM_HINT_T0);
+      _mm_prefetch((const char *)(w + (size_t)(j + NW) * ldw + kk), _MM_HINT_T0);
       wv[j] = _mm512_loadu_si512((const void *)(w + (size_t)j * ldw + kk));
     }
     for (int i = 0; i < MA; ++i) {
@@ -218,42 +219,51 @@ static void pack_w(int8_t *wbuf, const int8_t *w, size_t ldw, int32_t nc, int32_
 
 /* The register tile: MR rows x NR channels, 2*MR zmm accumulators.
  * first: start from bias (= -128 * row_sum, same for every row) instead of
- * the partial sums already in C. */
+ * the partial sums already in C. The accumulators are named variables
+ * expanded from an X-macro, not an array: with an array GCC shuffles them
+ * through spare registers on every iteration. */
+#if TSR_QGEMM_MR == 8
+#define TSR_UK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#elif TSR_QGEMM_MR == 12
+#define TSR_UK_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#endif
+
 TSR_INLINE void ukernel(const uint8_t *ap, const int8_t *wp, int32_t kcq, int32_t *c,
                         size_t ldc, int mr, int nr, int first, const int32_t *bias) {
-  __m512i acc[MR][2];
   const __mmask16 m0 = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
   const __mmask16 m1 = nr >= 32 ? 0xFFFF : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0;
+#define TSR_UK_DECL(r) __m512i c##r##a, c##r##b;
+  TSR_UK_ROWS(TSR_UK_DECL)
   if (first) {
     __m512i b0 = _mm512_loadu_si512((const void *)bias);
     __m512i b1 = _mm512_loadu_si512((const void *)(bias + 16));
-    for (int r = 0; r < MR; ++r) acc[r][0] = b0, acc[r][1] = b1;
+#define TSR_UK_BIAS(r) c##r##a = b0; c##r##b = b1;
+    TSR_UK_ROWS(TSR_UK_BIAS)
   } else {
-    for (int r = 0; r < MR; ++r) {
-      if (r < mr) {
-        acc[r][0] = _mm512_maskz_loadu_epi32(m0, c + (size_t)r * ldc);
-        acc[r][1] = _mm512_maskz_loadu_epi32(m1, c + (size_t)r * ldc + 16);
-      } else {
-        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
-      }
-    }
+    /* rows past mr read row 0 again: harmless, never stored */
+#define TSR_UK_LOADC(r)                                                                   \
+  c##r##a = _mm512_maskz_loadu_epi32(m0, c + (size_t)(r < mr ? r : 0) * ldc);             \
+  c##r##b = _mm512_maskz_loadu_epi32(m1, c + (size_t)(r < mr ? r : 0) * ldc + 16);
+    TSR_UK_ROWS(TSR_UK_LOADC)
   }
-  for (int32_t kq = 0; kq < kcq; ++kq) {
-    __m512i w0 = _mm512_load_si512((const void *)(wp + (size_t)kq * NR * 4));
-    __m512i w1 = _mm512_load_si512((const void *)(wp + (size_t)kq * NR * 4 + 64));
-#pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      __m512i av = _mm512_set1_epi32((int)load_u32(ap + ((size_t)kq * MR + r) * 4));
-      acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, w0);
-      acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, w1);
-    }
+  const uint8_t *a_end = ap + (size_t)kcq * MR * 4;
+  for (; ap < a_end; ap += MR * 4, wp += NR * 4) {
+    __m512i w0 = _mm512_load_si512((const void *)wp);
+    __m512i w1 = _mm512_load_si512((const void *)(wp + 64));
+#define TSR_UK_FMA(r)                                                                     \
+  {                                                                                       \
+    __m512i av = _mm512_set1_epi32((int)load_u32(ap + r * 4));                            \
+    c##r##a = _mm512_dpbusd_epi32(c##r##a, av, w0);                                       \
+    c##r##b = _mm512_dpbusd_epi32(c##r##b, av, w1);                                       \
   }
-  for (int r = 0; r < MR; ++r) {
-    if (r < mr) {
-      _mm512_mask_storeu_epi32(c + (size_t)r * ldc, m0, acc[r][0]);
-      _mm512_mask_storeu_epi32(c + (size_t)r * ldc + 16, m1, acc[r][1]);
-    }
+    TSR_UK_ROWS(TSR_UK_FMA)
   }
+#define TSR_UK_STORE(r)                                                                   \
+  if (r < mr) {                                                                           \
+    _mm512_mask_storeu_epi32(c + (size_t)r * ldc, m0, c##r##a);                           \
+    _mm512_mask_storeu_epi32(c + (size_t)r * ldc + 16, m1, c##r##b);                      \
+  }
+  TSR_UK_ROWS(TSR_UK_STORE)
 }
 
 /* sum_k w[k] for one row, vectorized (dpbusd with u8 ones). */

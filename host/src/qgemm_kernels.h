@@ -38,12 +38,10 @@ void tsr_qgemm_rows_avx512(int32_t *c, size_t ldc, const int8_t *a, size_t lda,
  * W is packed per task, TSR_QGEMM_KC deep x TSR_QGEMM_NC wide, into panels
  * of TSR_QGEMM_NR output channels laid out the same way, so one 64-byte load
  * feeds 16 channels x 4 k in one vpdpbusd. */
-enum {
-  TSR_QGEMM_MR = 8,    /* rows of A per micro-kernel                   */
-  TSR_QGEMM_NR = 32,   /* output channels per micro-kernel (2 x zmm)   */
-  TSR_QGEMM_KC = 1024, /* k depth of one packed W block                */
-  TSR_QGEMM_NC = 256,  /* output channels of one task (W block width)  */
-};
+#define TSR_QGEMM_MR 8    /* rows of A per micro-kernel (8 or 12)         */
+#define TSR_QGEMM_NR 32   /* output channels per micro-kernel (2 x zmm)   */
+#define TSR_QGEMM_KC 512 /* k depth of one packed W block (multiple of 64) */
+#define TSR_QGEMM_NC 256  /* output channels of one task (multiple of NR) */
 
 /* Bytes of the packed A for m rows of depth k. */
 size_t tsr_qgemm_apack_size(int32_t m, int32_t k);
