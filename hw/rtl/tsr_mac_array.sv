@@ -57,27 +57,38 @@ module tsr_mac_array #(
     end
   end
 
+  // GEMM operands: one byte per bank at idx_i, shared along a row / column.
+  // GEMV operands: lane r reads byte r of the Rows-byte slice idx_i / Rows,
+  // a small multiplexer per PE instead of a full byte select.
+  localparam int unsigned LogRows = $clog2(Rows);
+  logic [OffW-1:0] slice;
+  assign slice = idx_i >> LogRows;
+
+  logic [7:0] w_col [Cols];   // GEMM byte of W bank j
+  for (genvar j = 0; j < Cols; j++) begin : g_wcol
+    assign w_col[j] = w_words_i[j*DW + 32'({idx_i, 3'b000}) +: 8];
+  end
+
   for (genvar r = 0; r < Rows; r++) begin : g_row
-    // Byte position of this row's operands and the A word it reads.
-    logic [OffW-1:0] idx_r;
-    logic [DW-1:0]   a_word;
-    logic            lane_ok;
-    logic [7:0]      a_s_q;
-    assign idx_r   = gemv_i ? idx_i + OffW'(r) : idx_i;
-    assign a_word  = gemv_i ? a_words_i[0 +: DW] : a_words_i[r*DW +: DW];
-    assign lane_ok = !gemv_i || (LaneW'(r) < lanes_i);
+    logic [7:0] a_gemm, a_gemv;
+    logic       lane_ok;
+    logic [7:0] a_s_q;
+    assign a_gemm  = a_words_i[r*DW + 32'({idx_i, 3'b000}) +: 8];
+    assign a_gemv  = a_words_i[(32'(slice) * Rows + r) * 8 +: 8];
+    assign lane_ok = LaneW'(r) < lanes_i;
 
     always_ff @(posedge clk_i) begin
-      if (v_i) a_s_q <= lane_ok ? a_word[{idx_r, 3'b000} +: 8] : 8'd0;
+      if (v_i) a_s_q <= !gemv_i ? a_gemm : (lane_ok ? a_gemv : 8'd0);
     end
 
     for (genvar j = 0; j < Cols; j++) begin : g_col
-      logic [7:0]         w_s_q;
+      logic [7:0]         w_s_q, w_gemv;
       logic signed [15:0] prod_q;
       logic signed [31:0] acc_q, acc_d;
 
+      assign w_gemv = w_words_i[j*DW + (32'(slice) * Rows + r) * 8 +: 8];
       always_ff @(posedge clk_i) begin
-        if (v_i) w_s_q <= w_words_i[j*DW + 32'({idx_r, 3'b000}) +: 8];
+        if (v_i) w_s_q <= gemv_i ? w_gemv : w_col[j];
       end
       always_ff @(posedge clk_i) begin
         if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s_q);
