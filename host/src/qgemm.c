@@ -362,10 +362,10 @@ static void qgemm_dispatch(tsr_threadpool_t *pool, tsr_isa_t isa, int32_t *c, si
   qgemm_job_t j = {.isa = isa, .c = c, .ldc = ldc, .a = a, .lda = lda, .w = w, .ldw = ldw,
                    .row_sum = row_sum, .m = m, .n = n, .k = k};
   if (isa == TSR_ISA_AVX512VNNI && m >= TSR_QGEMM_PACK_MIN_M && qgemm_packed(pool, &j)) return;
-  /* Row tasks of ~64 KiB of W each (times M rows of A): big enough that
-   * the atomic hand-out is noise, small enough to balance two threads that
-   * share the machine with others. */
-  int32_t rows = (int32_t)((64 * 1024) / ((size_t)k * (size_t)(m < 4 ? m : 4)));
+  /* Row tasks of ~256 KiB of W each (less when M > 1): long enough that
+   * the prefetch stream of a task rarely restarts cold (each task start
+   * does), short enough to balance two threads on a shared machine. */
+  int32_t rows = (int32_t)((256 * 1024) / ((size_t)k * (size_t)(m < 4 ? m : 4)));
   rows = (rows + 3) & ~3;
   if (rows < 4) rows = 4;
   j.n_per_task = rows;
