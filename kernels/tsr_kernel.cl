@@ -1,0 +1,218 @@
+/*
+ * tsr_kernel.cl - the tessera kernel in OpenCL C 1.2.
+ *
+ * One launch of the accelerator (a ring of 64-byte descriptors, see
+ * hw/regmap.def) runs as a short sequence of OpenCL kernels on one in-order
+ * queue, so every descriptor sees the memory its predecessors wrote, as in
+ * the RTL and the functional model (driver/kernel_model.h):
+ *
+ *   tsr_fetch(index 0)  clears the status block, checks the ring (RING_RANGE)
+ *   tsr_gemm            computes descriptor 0 if it was accepted
+ *   tsr_fetch(index 1)  ...
+ *
+ * tsr_fetch is one work-item: it copies descriptor `index` out of the ring,
+ * checks it exactly like tsr_km_check_desc (same checks, same order, same
+ * TSR_HWERR_* code), updates STATUS / ERR_INDEX / DESC_DONE, logs what it did, and leaves the accepted descriptor in the plan area of
+ * the status block. BYTES_WR and MACS are counted here; the modeled cycle
+ * and read counters (an RTL property, not an OpenCL one) are derived by the
+ * host from the log. Copying first means a GEMM whose C overwrites its own ring entry still runs
+ * the descriptor as fetched. tsr_gemm is an NDRange whose work-items each own
+ * a block of RM x RN outputs (grid-stride over the blocks of C) and reduce K
+ * sixteen bytes at a time with char16 loads widened by convert_int16.
+ *
+ * Arguments, in the order of the RTL's registers (regmap.def TSR_ARG rows):
+ *   mem_base  device address of the window the kernel may touch (MEM_BASE)
+ *   mem_size  bytes in that window (MEM_SIZE)
+ *   ring      device address of the first descriptor (RING)
+ *   n_desc    descriptors in the ring (N_DESC)
+ * then what an OpenCL device needs besides registers:
+ *   mem       the device memory, one buffer; mem[0] is device address
+ *             regs[TSR_CL_ORIGIN] and it holds regs[TSR_CL_PHYS] bytes
+ *   regs      the status block: the register image at the regmap offsets
+ *             (STATUS .. MACS, written here) followed by the private area
+ *             (TSR_CL_* offsets: configuration written by the host at open,
+ *             the stop flag, the fetched descriptor and the launch log)
+ *
+ * The host prepends #defines for every regmap.def row (TSR_STAT_*, TSR_DESC_*,
+ * TSR_HW_*, TSR_OP_*, TSR_HWERR_*) and for the TSR_CL_* offsets, so this file
+ * names no offset or code itself.
+ *
+ * Integer results are exact: |a*w| <= 2^14 and K <= 65535, so no partial
+ * sum can overflow int.
+ */
+
+#define TSR_U32(off) regs[(off) / 4]
+#define TSR_U64(off) (((__global ulong *)regs)[(off) / 8])
+
+#ifndef TSR_RM
+#define TSR_RM 2 /* output rows per work-item    */
+#endif
+#ifndef TSR_RN
+#define TSR_RN 4 /* output columns per work-item */
+#endif
+
+/* [addr, addr + len) inside [base, base + size), without overflow. */
+static int tsr_inside(ulong addr, ulong len, ulong base, ulong size) {
+  return addr >= base && addr - base <= size && len <= size - (addr - base);
+}
+
+static uint tsr_le32(__global const uchar *p) {
+  return (uint)p[0] | (uint)p[1] << 8 | (uint)p[2] << 16 | (uint)p[3] << 24;
+}
+
+static ulong tsr_le64(__global const uchar *p) {
+  return (ulong)tsr_le32(p) | (ulong)tsr_le32(p + 4) << 32;
+}
+
+/* One entry of the launch log per fetched descriptor (TSR_CL_LOG): what
+ * happened to it and its shape. The host derives the modeled cycle and
+ * read counters from the log with the analytic model of kernel_model.c. */
+static void tsr_log(__global uint *regs, uint index, uint kind, uint m, uint n, uint k) {
+  __global uint *e = regs + (TSR_CL_LOG + TSR_CL_LOG_ENTRY * (ulong)index) / 4;
+  e[0] = kind;
+  e[1] = m;
+  e[2] = n;
+  e[3] = k;
+}
+
+static void tsr_stop(__global uint *regs, uint status, uint index) {
+  TSR_U32(TSR_STAT_STATUS) = status;
+  TSR_U32(TSR_STAT_ERR_INDEX) = index;
+  TSR_U32(TSR_STAT_DESC_DONE) = index;
+  TSR_U32(TSR_CL_STOPPED) = 1;
+  TSR_U32(TSR_CL_PLAN) = 0;
+}
+
+/* The checks of tsr_km_check_desc, in its order. */
+static uint tsr_check_desc(__global const uchar *d, ulong wb, ulong ws) {
+  uint op = tsr_le32(d + TSR_DESC_OPCODE);
+  if (op != TSR_OP_NOP && op != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
+  if (tsr_le32(d + TSR_DESC_FLAGS) != 0 || tsr_le64(d + TSR_DESC_RSVD) != 0)
+    return TSR_HWERR_BAD_OPCODE;
+  if (op == TSR_OP_NOP) return TSR_HWERR_OK;
+  ulong m = tsr_le32(d + TSR_DESC_M), n = tsr_le32(d + TSR_DESC_N);
+  ulong k = tsr_le32(d + TSR_DESC_K);
+  if (m == 0 || n == 0 || k == 0 || m > TSR_HW_MAX_DIM || n > TSR_HW_MAX_DIM ||
+      k > TSR_HW_MAX_DIM)
+    return TSR_HWERR_BAD_DIMS;
+  ulong lda = tsr_le32(d + TSR_DESC_LDA), ldw = tsr_le32(d + TSR_DESC_LDW);
+  ulong ldc = tsr_le32(d + TSR_DESC_LDC);
+  ulong a = tsr_le64(d + TSR_DESC_A_ADDR), w = tsr_le64(d + TSR_DESC_W_ADDR);
+  ulong c = tsr_le64(d + TSR_DESC_C_ADDR);
+  if (lda < k || ldw < k || ldc < 4 * n || ldc % 4 || c % 4) return TSR_HWERR_BAD_STRIDE;
+  if (!tsr_inside(a, (m - 1) * lda + k, wb, ws) || !tsr_inside(w, (n - 1) * ldw + k, wb, ws) ||
+      !tsr_inside(c, (m - 1) * ldc + 4 * n, wb, ws))
+    return TSR_HWERR_ADDR_RANGE;
+  return TSR_HWERR_OK;
+}
+
+__kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
+                        __global uchar *mem, __global uint *regs, uint index) {
+  if (get_global_id(0) != 0) return;
+  ulong origin = TSR_U64(TSR_CL_ORIGIN), phys = TSR_U64(TSR_CL_PHYS);
+  if (index == 0) {
+    for (uint off = TSR_STAT_STATUS; off < TSR_HW_CTRL_BYTES; off += 4) TSR_U32(off) = 0;
+    TSR_U32(TSR_CL_STOPPED) = 0;
+    TSR_U32(TSR_CL_PLAN) = 0;
+    if (n_desc == 0) return; /* finishes at once, checking nothing */
+    if (ring % TSR_HW_DESC_BYTES ||
+        !tsr_inside(ring, (ulong)n_desc * TSR_HW_DESC_BYTES, mem_base, mem_size)) {
+      tsr_stop(regs, TSR_HWERR_RING_RANGE, 0);
+      return;
+    }
+  }
+  TSR_U32(TSR_CL_PLAN) = 0;
+  if (TSR_U32(TSR_CL_STOPPED) || index >= n_desc) return;
+
+  ulong da = ring + (ulong)index * TSR_HW_DESC_BYTES;
+  if (!tsr_inside(da, TSR_HW_DESC_BYTES, origin, phys)) {
+    tsr_log(regs, index, TSR_CL_LOG_FETCH_FAILED, 0, 0, 0);
+    tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+    return;
+  }
+  __global uchar *plan = (__global uchar *)regs + TSR_CL_DESC;
+  __global const uchar *src = mem + (da - origin);
+  for (int i = 0; i < TSR_HW_DESC_BYTES; i++) plan[i] = src[i];
+
+  uint st = tsr_check_desc(plan, mem_base, mem_size);
+  if (st != TSR_HWERR_OK) {
+    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0, 0, 0);
+    tsr_stop(regs, st, index);
+    return;
+  }
+  if (tsr_le32(plan + TSR_DESC_OPCODE) == TSR_OP_NOP) {
+    tsr_log(regs, index, TSR_CL_LOG_NOP, 0, 0, 0);
+    TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
+    return;
+  }
+  uint m = tsr_le32(plan + TSR_DESC_M), n = tsr_le32(plan + TSR_DESC_N);
+  uint k = tsr_le32(plan + TSR_DESC_K);
+  ulong a = tsr_le64(plan + TSR_DESC_A_ADDR), w = tsr_le64(plan + TSR_DESC_W_ADDR);
+  ulong c = tsr_le64(plan + TSR_DESC_C_ADDR);
+  ulong lda = tsr_le32(plan + TSR_DESC_LDA), ldw = tsr_le32(plan + TSR_DESC_LDW);
+  ulong ldc = tsr_le32(plan + TSR_DESC_LDC);
+  if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
+      !tsr_inside(w, (n - 1) * ldw + k, origin, phys) ||
+      !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
+    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0, 0, 0);
+    tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+    return;
+  }
+  tsr_log(regs, index, TSR_CL_LOG_GEMM, m, n, k);
+  TSR_U64(TSR_STAT_BYTES_WR) += (ulong)m * n * 4;
+  TSR_U64(TSR_STAT_MACS) += (ulong)m * n * k;
+  TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
+  TSR_U32(TSR_CL_PLAN) = TSR_OP_GEMM_I8_I32;
+}
+
+static int tsr_hsum16(int16 v) {
+  int8 a = v.lo + v.hi;
+  int4 b = a.lo + a.hi;
+  int2 c = b.lo + b.hi;
+  return c.x + c.y;
+}
+
+__kernel void tsr_gemm(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
+                       __global uchar *mem, __global uint *regs) {
+  if (TSR_U32(TSR_CL_PLAN) != TSR_OP_GEMM_I8_I32) return;
+  __global const uchar *d = (__global const uchar *)regs + TSR_CL_DESC;
+  ulong origin = TSR_U64(TSR_CL_ORIGIN);
+  uint M = tsr_le32(d + TSR_DESC_M), N = tsr_le32(d + TSR_DESC_N);
+  uint K = tsr_le32(d + TSR_DESC_K);
+  ulong lda = tsr_le32(d + TSR_DESC_LDA), ldw = tsr_le32(d + TSR_DESC_LDW);
+  ulong ldc = tsr_le32(d + TSR_DESC_LDC);
+  __global const char *A = (__global const char *)(mem + (tsr_le64(d + TSR_DESC_A_ADDR) - origin));
+  __global const char *W = (__global const char *)(mem + (tsr_le64(d + TSR_DESC_W_ADDR) - origin));
+  __global uchar *C = mem + (tsr_le64(d + TSR_DESC_C_ADDR) - origin);
+
+  uint bm_n = (M + TSR_RM - 1) / TSR_RM, bn_n = (N + TSR_RN - 1) / TSR_RN;
+  ulong blocks = (ulong)bm_n * bn_n;
+  uint K16 = K & ~15u;
+  for (ulong b = get_global_id(0); b < blocks; b += get_global_size(0)) {
+    uint m0 = (uint)(b / bn_n) * TSR_RM, n0 = (uint)(b % bn_n) * TSR_RN;
+    /* Rows past the edge re-read the last row and are not stored. */
+    __global const char *ar[TSR_RM];
+    __global const char *wr[TSR_RN];
+    for (int i = 0; i < TSR_RM; i++) ar[i] = A + (ulong)min(m0 + i, M - 1) * lda;
+    for (int j = 0; j < TSR_RN; j++) wr[j] = W + (ulong)min(n0 + j, N - 1) * ldw;
+    int16 acc[TSR_RM][TSR_RN];
+    for (int i = 0; i < TSR_RM; i++)
+      for (int j = 0; j < TSR_RN; j++) acc[i][j] = (int16)(0);
+    for (uint k = 0; k < K16; k += 16) {
+      int16 av[TSR_RM], wv[TSR_RN];
+      for (int i = 0; i < TSR_RM; i++) av[i] = convert_int16(vload16(0, ar[i] + k));
+      for (int j = 0; j < TSR_RN; j++) wv[j] = convert_int16(vload16(0, wr[j] + k));
+      for (int i = 0; i < TSR_RM; i++)
+        for (int j = 0; j < TSR_RN; j++) acc[i][j] += av[i] * wv[j];
+    }
+    for (int i = 0; i < TSR_RM; i++) {
+      if (m0 + i >= M) break;
+      for (int j = 0; j < TSR_RN; j++) {
+        if (n0 + j >= N) break;
+        int s = tsr_hsum16(acc[i][j]);
+        for (uint k = K16; k < K; k++) s += (int)ar[i][k] * (int)wr[j][k];
+        *(__global int *)(C + (ulong)(m0 + i) * ldc + 4ul * (n0 + j)) = s;
+      }
+    }
+  }
+}
