@@ -30,3 +30,16 @@ $(STATIC_LIB) $(SHARED_LIB): $(KERNEL_GEN_OBJS)
 
 # Keep the generated sources (they are otherwise intermediate and deleted).
 .SECONDARY: $(KERNEL_GEN_SRCS)
+
+# OpenCL-on-this-machine throughput against the CPU int8 kernel.
+#   make bench-opencl [BENCH_OPENCL_ARGS="512 512 512 7"]
+BENCH_OPENCL := $(BUILD)/bin/tsr_bench_opencl
+BENCH_OPENCL_ARGS ?= 512 512 512 7
+
+$(BENCH_OPENCL): $(BUILD)/obj/kernels/bench_opencl.o $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(TSR_CFLAGS) -o $@ $< $(STATIC_LIB) $(TSR_LIBS)
+
+.PHONY: bench-opencl
+bench-opencl: $(BENCH_OPENCL)
+	$(BENCH_OPENCL) $(BENCH_OPENCL_ARGS)
