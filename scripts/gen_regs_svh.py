@@ -56,13 +56,13 @@ def main():
             lines.append("localparam logic [11:0] %s_%s = 12'h%03x;  // %s" %
                          (prefix, name, off, desc))
             if kind != 'TSR_REG':
-                lines.append("localparam int unsigned %s_%s_BITS = %d;" % (prefix, name, bits))
+                lines.append("localparam int %s_%s_BITS = %d;" % (prefix, name, bits))
         elif kind == 'TSR_DESC':
-            lines.append("localparam int unsigned TSR_DESC_%s = %d;  // byte offset, %s bits: %s" %
+            lines.append("localparam int TSR_DESC_%s = %d;  // byte offset, %s bits: %s" %
                          (name, num(args[1]), args[2], desc))
-            lines.append("localparam int unsigned TSR_DESC_%s_BITS = %d;" % (name, num(args[2])))
+            lines.append("localparam int TSR_DESC_%s_BITS = %d;" % (name, num(args[2])))
         elif kind == 'TSR_CONST':
-            lines.append("localparam int unsigned TSR_HW_%s = %d;  // %s" % (name, num(args[1]), desc))
+            lines.append("localparam int TSR_HW_%s = %d;  // %s" % (name, num(args[1]), desc))
         elif kind == 'TSR_OP':
             lines.append("localparam logic [31:0] TSR_OP_%s = 32'd%d;  // %s" % (name, num(args[1]), desc))
         elif kind == 'TSR_ERR':

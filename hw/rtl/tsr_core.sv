@@ -16,12 +16,12 @@
 // A segment is skipped when the previous step left the same operand chunk in
 // its slot (A across n blocks, W across m blocks when K fits one chunk).
 module tsr_core #(
-  parameter int unsigned Rows           = 16,    // array rows (m, or GEMV lanes)
-  parameter int unsigned Cols           = 16,    // array columns (n)
-  parameter int unsigned DataBytes      = 64,    // AXI data bus bytes
-  parameter int unsigned KChunk         = 4096,  // k bytes per buffered chunk
-  parameter int unsigned MaxOutstanding = 16,    // AXI bursts in flight per direction
-  parameter int unsigned DW             = DataBytes * 8  // AXI data bits
+  parameter int Rows           = 16,    // array rows (m, or GEMV lanes)
+  parameter int Cols           = 16,    // array columns (n)
+  parameter int DataBytes      = 64,    // AXI data bus bytes
+  parameter int KChunk         = 4096,  // k bytes per buffered chunk
+  parameter int MaxOutstanding = 16,    // AXI bursts in flight per direction
+  parameter int DW             = DataBytes * 8  // AXI data bits
 ) (
   input  logic                 clk_i,         // clock
   input  logic                 rst_ni,        // asynchronous reset, active low
@@ -68,21 +68,21 @@ module tsr_core #(
 );
 `include "tsr_regs_pkg.svh"
 
-  localparam int unsigned OffW       = $clog2(DataBytes);
-  localparam int unsigned WordsSlot  = KChunk / DataBytes;
-  localparam int unsigned SlotAw     = $clog2(WordsSlot);
-  localparam int unsigned RamAw      = SlotAw + 1;
-  localparam int unsigned KcW        = $clog2(KChunk) + 1;    // holds KChunk
-  localparam int unsigned LenW       = KcW;
-  localparam int unsigned BankW      = 8;
-  localparam int unsigned MLenW      = $clog2(Rows + 1);
-  localparam int unsigned NLenW      = $clog2(Cols + 1);
-  localparam int unsigned LaneW      = $clog2(Rows + 1);
-  localparam int unsigned RowBytes   = 4 * Cols;
-  localparam int unsigned NbW        = $clog2(RowBytes + 1);
-  localparam int unsigned LogRows    = $clog2(Rows);
-  localparam int unsigned LogCols    = $clog2(Cols);
-  localparam int unsigned TW         = KcW;                   // reduction step counter
+  localparam int OffW       = $clog2(DataBytes);
+  localparam int WordsSlot  = KChunk / DataBytes;
+  localparam int SlotAw     = $clog2(WordsSlot);
+  localparam int RamAw      = SlotAw + 1;
+  localparam int KcW        = $clog2(KChunk) + 1;    // holds KChunk
+  localparam int LenW       = KcW;
+  localparam int BankW      = 8;
+  localparam int MLenW      = $clog2(Rows + 1);
+  localparam int NLenW      = $clog2(Cols + 1);
+  localparam int LaneW      = $clog2(Rows + 1);
+  localparam int RowBytes   = 4 * Cols;
+  localparam int NbW        = $clog2(RowBytes + 1);
+  localparam int LogRows    = $clog2(Rows);
+  localparam int LogCols    = $clog2(Cols);
+  localparam int TW         = KcW;                   // reduction step counter
   localparam logic [1:0]  DestDesc = 2'd0, DestA = 2'd1, DestW = 2'd2;
 
   // ---------------------------------------------------------------- run FSM
@@ -189,7 +189,7 @@ module tsr_core #(
   assign nw      = reuse_w ? sw_q : !sw_q;
 
   // Step FIFO: one record per tile step whose loads have been issued.
-  localparam int unsigned StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + 32;
+  localparam int StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + 32;
   logic             sf_push, sf_pop, sf_empty, sf_full;
   logic [StepW-1:0] sf_wdata, sf_rdata;
   logic             h_sa, h_sw, h_first, h_last, h_gemv;

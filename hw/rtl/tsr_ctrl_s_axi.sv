@@ -14,8 +14,8 @@
 // Unmapped offsets inside the 0x80 window read 0 and ignore writes; offsets
 // beyond it or not 4-byte aligned get SLVERR.
 module tsr_ctrl_s_axi #(
-  parameter int unsigned Rows = 16,  // array rows (HW_INFO)
-  parameter int unsigned Cols = 16   // array columns (HW_INFO)
+  parameter int Rows = 16,  // array rows (HW_INFO)
+  parameter int Cols = 16   // array columns (HW_INFO)
 ) (
   input  logic        clk_i,           // clock
   input  logic        rst_ni,          // asynchronous reset, active low

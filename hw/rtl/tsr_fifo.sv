@@ -1,8 +1,8 @@
 // tsr_fifo - small synchronous FIFO (first word fall-through).
 module tsr_fifo #(
-  parameter int unsigned Width = 8,                 // bits per entry
-  parameter int unsigned Depth = 4,                 // entries (power of two)
-  parameter int unsigned Aw    = $clog2(Depth)      // pointer bits
+  parameter int Width = 8,                 // bits per entry
+  parameter int Depth = 4,                 // entries (power of two)
+  parameter int Aw    = $clog2(Depth)      // pointer bits
 ) (
   input  logic             clk_i,    // clock
   input  logic             rst_ni,   // asynchronous reset, active low

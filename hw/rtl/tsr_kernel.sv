@@ -5,12 +5,12 @@
 // master into device memory. One start runs a ring of descriptors; each GEMM
 // descriptor computes C[m][n] = sum_k A[m][k] * W[n][k] (int8 -> int32).
 module tsr_kernel #(
-  parameter int unsigned Rows           = 16,    // MAC array rows
-  parameter int unsigned Cols           = 16,    // MAC array columns
-  parameter int unsigned DataBytes      = 64,    // AXI4 data bus width in bytes
-  parameter int unsigned KChunk         = 4096,  // reduction bytes buffered per row
-  parameter int unsigned MaxOutstanding = 16,    // AXI4 bursts in flight per direction
-  parameter int unsigned DW             = DataBytes * 8  // AXI4 data bus width in bits
+  parameter int Rows           = 16,    // MAC array rows
+  parameter int Cols           = 16,    // MAC array columns
+  parameter int DataBytes      = 64,    // AXI4 data bus width in bytes
+  parameter int KChunk         = 4096,  // reduction bytes buffered per row
+  parameter int MaxOutstanding = 16,    // AXI4 bursts in flight per direction
+  parameter int DW             = DataBytes * 8  // AXI4 data bus width in bits
 ) (
   input  logic                 clk_i,                  // clock
   input  logic                 rst_ni,                 // asynchronous reset, active low

@@ -14,12 +14,12 @@
 // update it element by element.
 // Pipeline: operand select (1) -> multiply (1) -> accumulate (1).
 module tsr_mac_array #(
-  parameter int unsigned Rows      = 16,                 // array rows
-  parameter int unsigned Cols      = 16,                 // array columns
-  parameter int unsigned DataBytes = 64,                 // bytes per buffer word
-  parameter int unsigned OffW      = $clog2(DataBytes),  // byte index bits
-  parameter int unsigned LaneW     = $clog2(Rows + 1),   // lane count bits
-  parameter int unsigned DW        = DataBytes * 8       // bits per buffer word
+  parameter int Rows      = 16,                 // array rows
+  parameter int Cols      = 16,                 // array columns
+  parameter int DataBytes = 64,                 // bytes per buffer word
+  parameter int OffW      = $clog2(DataBytes),  // byte index bits
+  parameter int LaneW     = $clog2(Rows + 1),   // lane count bits
+  parameter int DW        = DataBytes * 8       // bits per buffer word
 ) (
   input  logic                     clk_i,      // clock
   input  logic                     rst_ni,     // asynchronous reset, active low
@@ -60,7 +60,7 @@ module tsr_mac_array #(
   // GEMM operands: one byte per bank at idx_i, shared along a row / column.
   // GEMV operands: lane r reads byte r of the Rows-byte slice idx_i / Rows,
   // a small multiplexer per PE instead of a full byte select.
-  localparam int unsigned LogRows = $clog2(Rows);
+  localparam int LogRows = $clog2(Rows);
   logic [OffW-1:0] slice;
   assign slice = idx_i >> LogRows;
 

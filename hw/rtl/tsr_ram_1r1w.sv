@@ -2,9 +2,9 @@
 // synchronous (registered) read port. Written in the shape that Yosys and
 // FPGA tools infer as block RAM.
 module tsr_ram_1r1w #(
-  parameter int unsigned Width = 512,              // bits per word
-  parameter int unsigned Depth = 128,              // words
-  parameter int unsigned Aw    = $clog2(Depth)     // address bits
+  parameter int Width = 512,              // bits per word
+  parameter int Depth = 128,              // words
+  parameter int Aw    = $clog2(Depth)     // address bits
 ) (
   input  logic             clk_i,    // clock
   input  logic             we_i,     // write enable

@@ -10,13 +10,13 @@
 // goes. The R channel is only back-pressured for one cycle at the end of an
 // unaligned segment whose last output word needs no further beat.
 module tsr_rd_master #(
-  parameter int unsigned DataBytes      = 64,                 // bus width in bytes
-  parameter int unsigned MaxOutstanding = 16,                 // read bursts in flight
-  parameter int unsigned MaxBurst       = 4096 / DataBytes,   // beats per burst (<= 256)
-  parameter int unsigned BankW          = 8,                  // bank index bits
-  parameter int unsigned WordAw         = 7,                  // buffer word address bits
-  parameter int unsigned LenW           = 16,                 // segment length bits (bytes)
-  parameter int unsigned DW             = DataBytes * 8       // bus width in bits
+  parameter int DataBytes      = 64,                 // bus width in bytes
+  parameter int MaxOutstanding = 16,                 // read bursts in flight
+  parameter int MaxBurst       = 4096 / DataBytes,   // beats per burst (<= 256)
+  parameter int BankW          = 8,                  // bank index bits
+  parameter int WordAw         = 7,                  // buffer word address bits
+  parameter int LenW           = 16,                 // segment length bits (bytes)
+  parameter int DW             = DataBytes * 8       // bus width in bits
 ) (
   input  logic              clk_i,          // clock
   input  logic              rst_ni,         // asynchronous reset, active low
@@ -52,11 +52,11 @@ module tsr_rd_master #(
   output logic              err_o,          // pulse: SLVERR/DECERR on a beat
   output logic              idle_o          // nothing in flight
 );
-  localparam int unsigned OffW      = $clog2(DataBytes);
-  localparam int unsigned PageBeats = 4096 / DataBytes;
-  localparam int unsigned BeatW     = LenW - OffW + 2;   // beats per segment
-  localparam int unsigned OutW      = $clog2(MaxOutstanding + 1);
-  localparam int unsigned MetaW     = 2 + BankW + WordAw + OffW + 2 * BeatW;
+  localparam int OffW      = $clog2(DataBytes);
+  localparam int PageBeats = 4096 / DataBytes;
+  localparam int BeatW     = LenW - OffW + 2;   // beats per segment
+  localparam int OutW      = $clog2(MaxOutstanding + 1);
+  localparam int MetaW     = 2 + BankW + WordAw + OffW + 2 * BeatW;
 
   // ---- AR side: split the current segment into bursts ----
   logic              ar_busy_q;

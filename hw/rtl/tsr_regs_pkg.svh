@@ -9,59 +9,59 @@ localparam logic [11:0] TSR_REG_GIE = 12'h004;  // bit0 global interrupt enable
 localparam logic [11:0] TSR_REG_IER = 12'h008;  // bit0 ap_done interrupt enable, bit1 ap_ready interrupt enable
 localparam logic [11:0] TSR_REG_ISR = 12'h00c;  // bit0 ap_done interrupt status, bit1 ap_ready interrupt status (toggle on write 1)
 localparam logic [11:0] TSR_ARG_MEM_BASE = 12'h010;  // base device address of the buffer window the kernel may touch
-localparam int unsigned TSR_ARG_MEM_BASE_BITS = 64;
+localparam int TSR_ARG_MEM_BASE_BITS = 64;
 localparam logic [11:0] TSR_ARG_MEM_SIZE = 12'h01c;  // size in bytes of that window
-localparam int unsigned TSR_ARG_MEM_SIZE_BITS = 64;
+localparam int TSR_ARG_MEM_SIZE_BITS = 64;
 localparam logic [11:0] TSR_ARG_RING = 12'h028;  // device address of the first descriptor (must lie in the window)
-localparam int unsigned TSR_ARG_RING_BITS = 64;
+localparam int TSR_ARG_RING_BITS = 64;
 localparam logic [11:0] TSR_ARG_N_DESC = 12'h034;  // number of descriptors to run
-localparam int unsigned TSR_ARG_N_DESC_BITS = 32;
+localparam int TSR_ARG_N_DESC_BITS = 32;
 localparam logic [11:0] TSR_STAT_STATUS = 12'h040;  // 0 = ok, else a TSR_ERR code; sticky until next ap_start
-localparam int unsigned TSR_STAT_STATUS_BITS = 32;
+localparam int TSR_STAT_STATUS_BITS = 32;
 localparam logic [11:0] TSR_STAT_ERR_INDEX = 12'h044;  // index of the descriptor that failed
-localparam int unsigned TSR_STAT_ERR_INDEX_BITS = 32;
+localparam int TSR_STAT_ERR_INDEX_BITS = 32;
 localparam logic [11:0] TSR_STAT_DESC_DONE = 12'h048;  // descriptors completed in the last run
-localparam int unsigned TSR_STAT_DESC_DONE_BITS = 32;
+localparam int TSR_STAT_DESC_DONE_BITS = 32;
 localparam logic [11:0] TSR_STAT_HW_INFO = 12'h04c;  // bits 7:0 array rows, 15:8 array cols, 23:16 interface version, 31:24 reserved
-localparam int unsigned TSR_STAT_HW_INFO_BITS = 32;
+localparam int TSR_STAT_HW_INFO_BITS = 32;
 localparam logic [11:0] TSR_STAT_CYC_BUSY = 12'h050;  // cycles from ap_start to ap_done
-localparam int unsigned TSR_STAT_CYC_BUSY_BITS = 64;
+localparam int TSR_STAT_CYC_BUSY_BITS = 64;
 localparam logic [11:0] TSR_STAT_CYC_STALL = 12'h058;  // cycles the compute array waited for memory
-localparam int unsigned TSR_STAT_CYC_STALL_BITS = 64;
+localparam int TSR_STAT_CYC_STALL_BITS = 64;
 localparam logic [11:0] TSR_STAT_BYTES_RD = 12'h060;  // bytes read from device memory
-localparam int unsigned TSR_STAT_BYTES_RD_BITS = 64;
+localparam int TSR_STAT_BYTES_RD_BITS = 64;
 localparam logic [11:0] TSR_STAT_BYTES_WR = 12'h068;  // bytes written to device memory
-localparam int unsigned TSR_STAT_BYTES_WR_BITS = 64;
+localparam int TSR_STAT_BYTES_WR_BITS = 64;
 localparam logic [11:0] TSR_STAT_MACS = 12'h070;  // useful multiply-accumulates done (M*N*K per tile)
-localparam int unsigned TSR_STAT_MACS_BITS = 64;
-localparam int unsigned TSR_DESC_OPCODE = 0;  // byte offset, 32 bits: a TSR_OP value
-localparam int unsigned TSR_DESC_OPCODE_BITS = 32;
-localparam int unsigned TSR_DESC_FLAGS = 4;  // byte offset, 32 bits: reserved, must be 0
-localparam int unsigned TSR_DESC_FLAGS_BITS = 32;
-localparam int unsigned TSR_DESC_M = 8;  // byte offset, 32 bits: rows of A and C, 1..MAX_DIM
-localparam int unsigned TSR_DESC_M_BITS = 32;
-localparam int unsigned TSR_DESC_N = 12;  // byte offset, 32 bits: rows of W = columns of C, 1..MAX_DIM
-localparam int unsigned TSR_DESC_N_BITS = 32;
-localparam int unsigned TSR_DESC_K = 16;  // byte offset, 32 bits: reduction length, 1..MAX_DIM
-localparam int unsigned TSR_DESC_K_BITS = 32;
-localparam int unsigned TSR_DESC_LDA = 20;  // byte offset, 32 bits: bytes between rows of A, >= K
-localparam int unsigned TSR_DESC_LDA_BITS = 32;
-localparam int unsigned TSR_DESC_LDW = 24;  // byte offset, 32 bits: bytes between rows of W, >= K
-localparam int unsigned TSR_DESC_LDW_BITS = 32;
-localparam int unsigned TSR_DESC_LDC = 28;  // byte offset, 32 bits: bytes between rows of C, >= 4*N, multiple of 4
-localparam int unsigned TSR_DESC_LDC_BITS = 32;
-localparam int unsigned TSR_DESC_A_ADDR = 32;  // byte offset, 64 bits: device address of A[0][0] (int8, M x K)
-localparam int unsigned TSR_DESC_A_ADDR_BITS = 64;
-localparam int unsigned TSR_DESC_W_ADDR = 40;  // byte offset, 64 bits: device address of W[0][0] (int8, N x K)
-localparam int unsigned TSR_DESC_W_ADDR_BITS = 64;
-localparam int unsigned TSR_DESC_C_ADDR = 48;  // byte offset, 64 bits: device address of C[0][0] (int32, M x N), 4-byte aligned
-localparam int unsigned TSR_DESC_C_ADDR_BITS = 64;
-localparam int unsigned TSR_DESC_RSVD = 56;  // byte offset, 64 bits: reserved, must be 0
-localparam int unsigned TSR_DESC_RSVD_BITS = 64;
-localparam int unsigned TSR_HW_DESC_BYTES = 64;  // size of one descriptor
-localparam int unsigned TSR_HW_MAX_DIM = 65535;  // largest M, N or K
-localparam int unsigned TSR_HW_IF_VERSION = 1;  // interface version reported in HW_INFO
-localparam int unsigned TSR_HW_CTRL_BYTES = 128;  // size of the AXI4-Lite register window
+localparam int TSR_STAT_MACS_BITS = 64;
+localparam int TSR_DESC_OPCODE = 0;  // byte offset, 32 bits: a TSR_OP value
+localparam int TSR_DESC_OPCODE_BITS = 32;
+localparam int TSR_DESC_FLAGS = 4;  // byte offset, 32 bits: reserved, must be 0
+localparam int TSR_DESC_FLAGS_BITS = 32;
+localparam int TSR_DESC_M = 8;  // byte offset, 32 bits: rows of A and C, 1..MAX_DIM
+localparam int TSR_DESC_M_BITS = 32;
+localparam int TSR_DESC_N = 12;  // byte offset, 32 bits: rows of W = columns of C, 1..MAX_DIM
+localparam int TSR_DESC_N_BITS = 32;
+localparam int TSR_DESC_K = 16;  // byte offset, 32 bits: reduction length, 1..MAX_DIM
+localparam int TSR_DESC_K_BITS = 32;
+localparam int TSR_DESC_LDA = 20;  // byte offset, 32 bits: bytes between rows of A, >= K
+localparam int TSR_DESC_LDA_BITS = 32;
+localparam int TSR_DESC_LDW = 24;  // byte offset, 32 bits: bytes between rows of W, >= K
+localparam int TSR_DESC_LDW_BITS = 32;
+localparam int TSR_DESC_LDC = 28;  // byte offset, 32 bits: bytes between rows of C, >= 4*N, multiple of 4
+localparam int TSR_DESC_LDC_BITS = 32;
+localparam int TSR_DESC_A_ADDR = 32;  // byte offset, 64 bits: device address of A[0][0] (int8, M x K)
+localparam int TSR_DESC_A_ADDR_BITS = 64;
+localparam int TSR_DESC_W_ADDR = 40;  // byte offset, 64 bits: device address of W[0][0] (int8, N x K)
+localparam int TSR_DESC_W_ADDR_BITS = 64;
+localparam int TSR_DESC_C_ADDR = 48;  // byte offset, 64 bits: device address of C[0][0] (int32, M x N), 4-byte aligned
+localparam int TSR_DESC_C_ADDR_BITS = 64;
+localparam int TSR_DESC_RSVD = 56;  // byte offset, 64 bits: reserved, must be 0
+localparam int TSR_DESC_RSVD_BITS = 64;
+localparam int TSR_HW_DESC_BYTES = 64;  // size of one descriptor
+localparam int TSR_HW_MAX_DIM = 65535;  // largest M, N or K
+localparam int TSR_HW_IF_VERSION = 1;  // interface version reported in HW_INFO
+localparam int TSR_HW_CTRL_BYTES = 128;  // size of the AXI4-Lite register window
 localparam logic [31:0] TSR_OP_NOP = 32'd0;  // does nothing, counts as done
 localparam logic [31:0] TSR_OP_GEMM_I8_I32 = 32'd1;  // C[m][n] = sum_k A[m][k] * W[n][k]; int8 x int8 -> int32
 localparam logic [31:0] TSR_HWERR_OK = 32'd0;  // no error

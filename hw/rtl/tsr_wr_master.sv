@@ -6,11 +6,11 @@
 // most two INCR bursts, and counts write responses so that the sequencer can
 // wait for all writes to land.
 module tsr_wr_master #(
-  parameter int unsigned DataBytes      = 64,               // bus width in bytes
-  parameter int unsigned RowBytes       = 64,               // largest request in bytes
-  parameter int unsigned MaxOutstanding = 16,               // write bursts awaiting B
-  parameter int unsigned NbW            = $clog2(RowBytes + 1), // request length bits
-  parameter int unsigned DW             = DataBytes * 8     // bus width in bits
+  parameter int DataBytes      = 64,               // bus width in bytes
+  parameter int RowBytes       = 64,               // largest request in bytes
+  parameter int MaxOutstanding = 16,               // write bursts awaiting B
+  parameter int NbW            = $clog2(RowBytes + 1), // request length bits
+  parameter int DW             = DataBytes * 8     // bus width in bits
 ) (
   input  logic                  clk_i,        // clock
   input  logic                  rst_ni,       // asynchronous reset, active low
@@ -36,12 +36,12 @@ module tsr_wr_master #(
   output logic                  idle_o,       // no row in progress, no B pending
   output logic                  err_o         // pulse: SLVERR/DECERR response
 );
-  localparam int unsigned OffW      = $clog2(DataBytes);
-  localparam int unsigned PageBeats = 4096 / DataBytes;
-  localparam int unsigned ShBeats   = (RowBytes + DataBytes - 1) / DataBytes + 1;
-  localparam int unsigned ShW       = ShBeats * DW;
-  localparam int unsigned BW        = $clog2(ShBeats + 1);
-  localparam int unsigned OutW      = $clog2(MaxOutstanding + 1);
+  localparam int OffW      = $clog2(DataBytes);
+  localparam int PageBeats = 4096 / DataBytes;
+  localparam int ShBeats   = (RowBytes + DataBytes - 1) / DataBytes + 1;
+  localparam int ShW       = ShBeats * DW;
+  localparam int BW        = $clog2(ShBeats + 1);
+  localparam int OutW      = $clog2(MaxOutstanding + 1);
 
   logic              busy_q;
   logic [63:0]       base_q;

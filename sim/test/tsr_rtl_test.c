@@ -660,6 +660,55 @@ static int t_perf(void) {
   return 0;
 }
 
+/* Writes a small case for the iverilog testbench (hw/tb/tsr_kernel_tb.sv):
+ * DIR/mem.hex (memory before), DIR/expect.hex (after, from this model,
+ * checked against the reference), DIR/args.hex (base, size, ring, n). */
+static const char *g_iv_dir;
+static int dump_hex(dev_t_ *d, const char *path, uint64_t n) {
+  FILE *f = fopen(path, "w");
+  CHECK(f, "cannot write %s", path);
+  uint8_t w[64];
+  for (uint64_t off = 0; off < n; off += 64) {
+    api.mem_read(d->sim, d->cfg.mem_base + off, w, 64);
+    for (int i = 63; i >= 0; i--) fprintf(f, "%02x", w[i]);
+    fputc('\n', f);
+  }
+  fclose(f);
+  return 0;
+}
+
+static int t_iverilog_case(void) {
+  enum { WORDS = 4096, N = 4 };
+  uint64_t size = 64ull * WORDS;
+  dev_t_ d;
+  if (dev_open(&d, size)) return -1;
+  prob_t p[N];
+  uint32_t shapes[N][3] = {{3, 5, 7}, {17, 9, 33}, {1, 20, 70}, {6, 33, 5}};
+  for (int i = 0; i < N; i++)
+    if (prob_make(&d, &p[i], shapes[i][0], shapes[i][1], shapes[i][2], 1, 0)) return -1;
+  uint64_t ring = write_ring(&d, p, N);
+  CHECK(d.next < d.cfg.mem_base + size, "case does not fit");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/mem.hex", g_iv_dir);
+  if (dump_hex(&d, path, size)) return -1;
+  result_t r;
+  if (launch(&d, d.cfg.mem_base, size, ring, N, &r)) return -1;
+  CHECK(r.status == 0 && r.desc_done == N, "status %u", r.status);
+  for (int i = 0; i < N; i++)
+    if (prob_check(&d, &p[i])) return -1;
+  snprintf(path, sizeof path, "%s/expect.hex", g_iv_dir);
+  if (dump_hex(&d, path, size)) return -1;
+  snprintf(path, sizeof path, "%s/args.hex", g_iv_dir);
+  FILE *f = fopen(path, "w");
+  CHECK(f, "cannot write %s", path);
+  fprintf(f, "%016" PRIx64 "\n%016" PRIx64 "\n%016" PRIx64 "\n%016x\n", d.cfg.mem_base, size,
+          ring, N);
+  fclose(f);
+  for (int i = 0; i < N; i++) prob_free(&p[i]);
+  dev_close(&d);
+  return 0;
+}
+
 static const struct { const char *name; int (*fn)(void); int quick; } tests[] = {
     {"regs", t_regs, 1},           {"ctrl", t_ctrl, 1},
     {"gemm_small", t_gemm_small, 1}, {"gemm_edges", t_gemm_edges, 1},
@@ -691,6 +740,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--coverage") && i + 1 < argc) g_cov = argv[++i];
     else if (!strcmp(a, "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], 0, 0);
     else if (!strcmp(a, "--quick")) g_quick = 1;
+    else if (!strcmp(a, "--iverilog-case") && i + 1 < argc) g_iv_dir = argv[++i];
     else if (a[0] != '-' && n_only < 32) only[n_only++] = a;
     else {
       fprintf(stderr, "usage: %s --lib PATH [--quick] [--seed S] [--wave F ...] [test...]\n",
@@ -724,6 +774,12 @@ int main(int argc, char **argv) {
   if (api.abi_version() != TSR_SIM_ABI_VERSION) {
     fprintf(stderr, "ABI version %d, want %d\n", api.abi_version(), TSR_SIM_ABI_VERSION);
     return 2;
+  }
+  if (g_iv_dir) {
+    g_test = "iverilog_case";
+    rng_state = g_seed;
+    t_iverilog_case();
+    return g_fail ? 1 : 0;
   }
   int ran = 0;
   for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++) {

@@ -1,6 +1,12 @@
 #!/bin/sh
 # RTL tests of the Verilated kernel (sim/test/tsr_rtl_test.c) through the
-# tsr_sim.h ABI: shapes, refusals, register map, ap_ctrl sequences, perf.
+# tsr_sim.h ABI: shapes, refusals, register map, ap_ctrl sequences, perf;
+# then a cross-check of a small ring under iverilog when it is installed.
 BUILD=${1:-build}
 make --no-print-directory -s rtl "$BUILD/rtl/tsr_rtl_test" BUILD="$BUILD" || exit 1
-exec "$BUILD/rtl/tsr_rtl_test" --lib "$BUILD/lib/libtessera_rtl.so"
+"$BUILD/rtl/tsr_rtl_test" --lib "$BUILD/lib/libtessera_rtl.so" || exit 1
+if command -v iverilog > /dev/null 2>&1; then
+  make --no-print-directory -s iverilog-check BUILD="$BUILD" || exit 1
+else
+  echo "iverilog not installed: cross-check skipped"
+fi
