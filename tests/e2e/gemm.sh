@@ -53,7 +53,7 @@ fi
 
 # M N K SEED
 for shape in "1 1 1 1" "37 45 19 7" "16 16 16 3" "17 33 1 9" "100 70 300 1" "1 64 1000 5" \
-             "64 64 64 42" "3 200 77 11"; do
+             "64 64 64 42" "3 200 77 11" "3 5 70000 9"; do
   set -- $shape
   args="-M $1 -N $2 -K $3 --seed $4"
   cpu=$(checksum_of cpu $args --check) || { fail=1; continue; }
