@@ -25,7 +25,12 @@
  *                         row bytes)
  *   5.       AXI_ERROR    an operand inside the window lies outside physical
  *                         memory (the memory answers DECERR)
- * A descriptor refused in steps 1-4 writes nothing. ERR_INDEX is the index
+ * A descriptor refused in steps 1-4 writes nothing (the RTL checks before
+ * any operand access). Step 5 is an approximation: the model writes nothing
+ * for such a descriptor, while the RTL notices the error response at the
+ * descriptor's barrier and may have written the tiles whose operands were
+ * readable; HAL users never see this, since their windows are allocations.
+ * ERR_INDEX is the index
  * of the failing descriptor (0 when the launch succeeded), DESC_DONE the
  * number completed.
  *

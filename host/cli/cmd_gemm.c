@@ -243,7 +243,8 @@ int tsr_cmd_gemm(int argc, char **argv) {
     goto out;
   }
 
-  bool is_sim = !strncmp(g.device, "sim", 3);
+  bool is_sim = !strncmp(g.device, "sim", 3) && (g.device[3] == '\0' || g.device[3] == ':');
+  bool is_cpu = !strncmp(g.device, "cpu", 3) && (g.device[3] == '\0' || g.device[3] == ':');
   double array = (double)caps.array_rows * caps.array_cols;
   double util = res.cycles ? (double)res.macs / ((double)res.cycles * array) : 0;
   double proj = caps.clock_hz > 0 ? (double)res.cycles / caps.clock_hz : 0;
@@ -252,7 +253,9 @@ int tsr_cmd_gemm(int argc, char **argv) {
   printf("device      %s\n", caps.name);
   printf("shape       M=%zu N=%zu K=%zu, %u descriptor(s) in one launch\n", M, N, K, n_desc);
   printf("cycles      %" PRIu64 " (%s), %" PRIu64 " stalled on memory\n", res.cycles,
-         is_sim ? "from the RTL" : "modeled", res.stall_cycles);
+         is_sim ? "from the RTL" : is_cpu ? "modeled by the functional model"
+                                          : "as reported by the device",
+         res.stall_cycles);
   printf("macs        %" PRIu64 "\n", res.macs);
   printf("utilization %.2f%% of the %ux%u MAC array (MACs / (cycles x %u))\n", 100 * util,
          caps.array_rows, caps.array_cols, caps.array_rows * caps.array_cols);
@@ -264,7 +267,8 @@ int tsr_cmd_gemm(int argc, char **argv) {
   printf("projected   %.6f ms at %.0f MHz (device time from cycles)\n", 1e3 * proj,
          caps.clock_hz / 1e6);
   printf("wall        %.6f s %s (host time, not hardware speed)\n", wall,
-         is_sim ? "simulation wall time" : "functional-model wall time");
+         is_sim ? "simulation wall time" : is_cpu ? "functional-model wall time"
+                                                  : "wall time of submit + wait");
   if (is_sim && wall > 0)
     printf("sim speed   %.0f cycles/s\n", (double)res.cycles / wall);
 
