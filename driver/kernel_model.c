@@ -16,6 +16,14 @@ void tsr_km_timing_init(tsr_km_timing_t *t) {
   t->clock_hz = 300e6;
 }
 
+void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {
+  tsr_km_timing_init(out);
+  if (caps->array_rows) out->rows = caps->array_rows;
+  if (caps->array_cols) out->cols = caps->array_cols;
+  if (caps->clock_hz > 0) out->clock_hz = caps->clock_hz;
+  if (caps->mem_bytes_per_cycle > 0) out->mem_bytes_per_cycle = caps->mem_bytes_per_cycle;
+}
+
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 static uint64_t bytes_to_cycles(const tsr_km_timing_t *t, uint64_t bytes) {

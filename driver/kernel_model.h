@@ -70,6 +70,10 @@ typedef struct tsr_km_timing {
  * 300 MHz), 40 cycles of read latency (the sim's board profile). */
 void tsr_km_timing_init(tsr_km_timing_t *t);
 
+/* Timing of a device from its caps (array, clock, bandwidth); the fields
+ * caps do not carry (bus width, k chunk, latency) keep their defaults. */
+void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out);
+
 /* Modeled cost of work on the device. */
 typedef struct tsr_km_estimate {
   uint64_t cycles;       /* busy cycles                                   */

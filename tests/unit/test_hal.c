@@ -358,6 +358,25 @@ static void test_timing_model(void) {
   uint64_t c1 = tsr_km_gemm_cycles(&t, 1, 4096, 4096);
   CU_ASSERT(c1 >= (uint64_t)(4096.0 * 4096 / t.mem_bytes_per_cycle));
   CU_ASSERT(tsr_km_gemm_cycles(&t, 512, 512, 512) > tsr_km_gemm_cycles(&t, 256, 256, 256));
+  tsr_hal_caps_t caps = {.array_rows = 32, .array_cols = 8, .clock_hz = 1e8,
+                         .mem_bytes_per_cycle = 16};
+  tsr_km_timing_t t2;
+  tsr_km_timing_from_caps(&caps, &t2);
+  CU_ASSERT_EQUAL(t2.rows, 32);
+  CU_ASSERT_EQUAL(t2.cols, 8);
+  CU_ASSERT_EQUAL(t2.k_chunk, t.k_chunk);
+  CU_ASSERT_DOUBLE_EQUAL(t2.mem_bytes_per_cycle, 16, 1e-9);
+  /* Counters follow the RTL's dataflow: K within one chunk reuses A across
+   * n blocks, and W too when N fits one n block. */
+  tsr_km_estimate_t e2 = {0};
+  tsr_km_estimate_gemm(&t, 64, 64, 64, &e2);
+  CU_ASSERT_EQUAL(e2.bytes_rd, 64 + 64 * 64 + 4 * 64 * 64);
+  tsr_km_estimate_t e3 = {0};
+  tsr_km_estimate_gemm(&t, 64, 16, 64, &e3);
+  CU_ASSERT_EQUAL(e3.bytes_rd, 64 + 64 * 64 + 16 * 64);
+  tsr_km_estimate_t e4 = {0};
+  tsr_km_estimate_gemm(&t, 32, 32, 5000, &e4); /* two k chunks: no reuse */
+  CU_ASSERT_EQUAL(e4.bytes_rd, 64 + 2ull * 32 * 5000 + 2ull * 32 * 5000);
 }
 
 /* ------------------------------------------------------------------------ */
