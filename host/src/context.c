@@ -31,29 +31,64 @@ void tsr_ctx_warn(const tsr_context_t *ctx, const char *fmt, ...) {
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-/* Opens every entry of the comma-separated device list. An entry that
- * cannot be opened stays in the list without a device: with fallback on,
- * its work runs on the host (and the reason is reported); with fallback
- * off, creating the context fails. */
-static tsr_status_t open_devices(tsr_context_t *ctx) {
+/* True if `tok` (up to `len` bytes) starts a new device entry: "cpu",
+ * "fmodel" or a backend name, optionally followed by ":options". */
+static bool starts_entry(const char *tok, size_t len) {
+  size_t n = 0;
+  while (n < len && tok[n] != ':') n++;
+  char name[32];
+  if (n == 0 || n >= sizeof name) return false;
+  memcpy(name, tok, n);
+  name[n] = '\0';
+  return !strcmp(name, "cpu") || !strcmp(name, "fmodel") || tsr_hal_find(name) != NULL;
+}
+
+/* Splits the device list into entries. Commas separate entries and also the
+ * options of one entry ("sim:latency=80,bw=32,sim"): a piece that does not
+ * start with a device name continues the previous entry's options. */
+static tsr_status_t split_devices(tsr_context_t *ctx) {
   const char *list = ctx->devices;
-  int n = 1;
-  for (const char *p = list; *p; p++) n += *p == ',';
-  ctx->devs = calloc((size_t)n, sizeof(tsr_ctx_device_t));
-  if (!ctx->devs) return TSR_ERR(RESOURCE_EXHAUSTED, "devices: %d entries", n);
-  const char *p = list;
-  for (int i = 0; i < n; i++) {
+  int cap = 1;
+  for (const char *p = list; *p; p++) cap += *p == ',';
+  ctx->devs = calloc((size_t)cap, sizeof(tsr_ctx_device_t));
+  if (!ctx->devs) return TSR_ERR(RESOURCE_EXHAUSTED, "devices: %d entries", cap);
+  for (const char *p = list;;) {
     const char *end = strchr(p, ',');
     size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (starts_entry(p, len)) {
+      tsr_ctx_device_t *d = &ctx->devs[ctx->n_devs++];
+      pthread_mutex_init(&d->lock, NULL);
+      if (len >= sizeof d->spec)
+        return TSR_ERR(INVALID_ARGUMENT, "devices: entry at offset %zu of '%s' is too long",
+                       (size_t)(p - list), list);
+      memcpy(d->spec, p, len);
+    } else if (ctx->n_devs > 0 && len > 0 && strchr(ctx->devs[ctx->n_devs - 1].spec, ':')) {
+      tsr_ctx_device_t *d = &ctx->devs[ctx->n_devs - 1];
+      size_t have = strlen(d->spec);
+      if (have + 1 + len >= sizeof d->spec)
+        return TSR_ERR(INVALID_ARGUMENT, "devices: options of '%s' are too long", d->spec);
+      d->spec[have] = ',';
+      memcpy(d->spec + have + 1, p, len);
+    } else {
+      return TSR_ERR(INVALID_ARGUMENT,
+                     "devices: '%.*s' at offset %zu of '%s' is not a device (cpu, fmodel, or a "
+                     "backend: see `tessera devices`)",
+                     (int)len, p, (size_t)(p - list), list);
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return TSR_OK;
+}
+
+/* Opens every entry of the device list. An entry that cannot be opened
+ * stays in the list without a device: with fallback on, its work runs on
+ * the host (and the reason is reported); with fallback off, creating the
+ * context fails. */
+static tsr_status_t open_devices(tsr_context_t *ctx) {
+  TSR_RETURN_IF(split_devices(ctx));
+  for (int i = 0; i < ctx->n_devs; i++) {
     tsr_ctx_device_t *d = &ctx->devs[i];
-    pthread_mutex_init(&d->lock, NULL);
-    ctx->n_devs = i + 1;
-    if (len == 0 || len >= sizeof d->spec)
-      return TSR_ERR(INVALID_ARGUMENT, "devices: entry %d of '%s' is %s", i, list,
-                     len ? "too long" : "empty");
-    memcpy(d->spec, p, len);
-    d->spec[len] = '\0';
-    p = end ? end + 1 : p + len;
     if (!strcmp(d->spec, "cpu")) {
       d->host = true;
       snprintf(d->name, sizeof d->name, "cpu");
@@ -142,6 +177,7 @@ void tsr_context_destroy(tsr_context_t *ctx) {
     tsr_hal_close(ctx->devs[i].hal);
     pthread_mutex_destroy(&ctx->devs[i].lock);
   }
+  ctx->n_devs = 0;
   free(ctx->devs);
   tsr_trace_close(ctx->trace);
   tsr_threadpool_destroy(ctx->pool);

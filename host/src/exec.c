@@ -148,7 +148,7 @@ tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precisi
         s = alloc_slots(o, &o->devs[i]);
         pthread_mutex_unlock(&o->devs[i].cd->lock);
         if (s && ctx->opts.fallback) {
-          tsr_ctx_warn(ctx, "%s: no room for staging buffers, its work runs on the CPU: %s",
+          tsr_ctx_warn(ctx, "%s: cannot allocate staging buffers, its work runs on the CPU: %s",
                        o->devs[i].cd->name, tsr_status_message(s));
           tsr_status_free(s);
           s = TSR_OK;
@@ -295,8 +295,7 @@ static tsr_status_t tile_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
     rs->bytes_up += (uint64_t)rows * (uint64_t)gr->k / (uint64_t)gr->count +
                     (uint64_t)nd * TSR_HW_DESC_BYTES / (uint64_t)gr->count;
   }
-  tsr_trace_begin(tr, d->trace_track, gr->m[0]->layer >= 0 ? tsr_mm_role_name(gr->m[0]->role)
-                                                           : "output", "device", -1);
+  d->submit_us[s] = tsr_trace_now_us(tr);
   return h->vt->submit(h, &cmd, fence);
 }
 
@@ -312,10 +311,15 @@ static tsr_status_t tile_finish(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
   tsr_status_t st =
       h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, &res);
   d->wait_wall_s += tsr_now_s() - t0;
-  char args[160];
-  snprintf(args, sizeof args, "\"cycles\": %" PRIu64 ", \"projected_us\": %.3f, \"status\": %u",
-           res.cycles, (double)res.cycles / d->timing.clock_hz * 1e6, res.hw_status);
-  tsr_trace_end(tr, d->trace_track, args, -1);
+  char args[200];
+  snprintf(args, sizeof args,
+           "\"rows\": %d, \"descriptors\": %u, \"cycles\": %" PRIu64
+           ", \"projected_us\": %.3f, \"status\": %u",
+           rows, res.desc_done, res.cycles, (double)res.cycles / d->timing.clock_hz * 1e6,
+           res.hw_status);
+  if (tr)
+    tsr_trace_complete(tr, d->trace_track, tsr_mm_role_name(gr->m[0]->role), "device",
+                       d->submit_us[s], tsr_trace_now_us(tr) - d->submit_us[s], args);
   if (st) return st;
   if (res.hw_status != TSR_HWERR_OK)
     return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, res.err_index,
@@ -359,6 +363,8 @@ static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_gro
     d->resets++;
     if (attempt == o->ctx->opts.retries) break;
     d->retries++;
+    tsr_ctx_warn(o->ctx, "%s: %s; reset, retry %d of %d", d->cd->name, tsr_status_message(err),
+                 attempt + 1, o->ctx->opts.retries);
     uint64_t fence = 0;
     uint32_t nd = 0;
     tsr_status_t s = tile_submit(o, d, gr, r0, rows, 0, sc, &fence, &nd);

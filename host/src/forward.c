@@ -297,3 +297,5 @@ void tsr_session_print_graph(const tsr_session_t *s, FILE *f) {
   tsr_graph_print(&s->exec->decode, f, names);
   tsr_graph_print(&s->exec->prefill, f, names);
 }
+
+tsr_exec_t *tsr_session_exec(const tsr_session_t *s) { return s->exec; }

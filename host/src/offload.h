@@ -50,6 +50,7 @@ typedef struct tsr_exec_dev {
   double wait_wall_s;        /* host wall time spent waiting (simulation time for sim) */
   double host_overhead_s;    /* quantize/prepare/copy/dequantize around device tiles */
   uint64_t tiles;
+  double submit_us[2];       /* trace: when the tile in each slot was queued */
 } tsr_exec_dev_t;
 
 /* Scratch the session lends the executor. */
@@ -111,6 +112,9 @@ int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk);
 #define TSR_TILE_N_CHUNK 4096
 
 double tsr_now_s(void);
+
+/* The executor of a session (forward.c), for tests and reports. */
+tsr_exec_t *tsr_session_exec(const tsr_session_t *s);
 
 /* report.c */
 void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f);

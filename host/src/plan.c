@@ -32,13 +32,9 @@ double tsr_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Median wall time of the host int8 kernel on this shape, with these
- * weights (so the measurement sees the real cache footprint). */
+/* Wall time of the host int8 kernel on this shape, with these weights (so
+ * the measurement sees the real cache footprint): the fastest of several
+ * runs, since on a shared machine the slow runs measure other processes. */
 static double measure_cpu(const tsr_exec_t *o, const tsr_linear_t *w, int32_t m) {
   const size_t k = (size_t)w->cols, n = (size_t)w->rows;
   int8_t *a = malloc((size_t)m * k);
@@ -49,16 +45,16 @@ static double measure_cpu(const tsr_exec_t *o, const tsr_linear_t *w, int32_t m)
     return INFINITY;
   }
   for (size_t i = 0; i < (size_t)m * k; i++) a[i] = (int8_t)(i * 37 + 11);
-  double t[5];
-  for (int r = 0; r < 5; r++) {
+  double best = INFINITY;
+  for (int r = 0; r < 7; r++) {
     double t0 = tsr_now_s();
     tsr_qgemm(o->ctx->pool, o->ctx->isa, c, n, a, k, &w->q, m);
-    t[r] = tsr_now_s() - t0;
+    double t = tsr_now_s() - t0;
+    if (t < best) best = t;
   }
   free(a);
   free(c);
-  qsort(t, 5, sizeof(double), cmp_double);
-  return t[2];
+  return best;
 }
 
 /* Which entry of the device list owns `layer` (-1: the classifier, which

@@ -104,6 +104,22 @@ void tsr_trace_end(tsr_trace_t *t, int track, const char *args_json, double ts) 
   pthread_mutex_unlock(&t->lock);
 }
 
+void tsr_trace_complete(tsr_trace_t *t, int track, const char *name, const char *cat,
+                        double ts, double dur, const char *args_json) {
+  if (!t) return;
+  pthread_mutex_lock(&t->lock);
+  write_sep(t);
+  fprintf(t->f, "{\"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"cat\": \"",
+          track, ts, dur < 0 ? 0 : dur);
+  write_json_str(t->f, cat);
+  fputs("\", \"name\": \"", t->f);
+  write_json_str(t->f, name);
+  fputs("\"", t->f);
+  if (args_json) fprintf(t->f, ", \"args\": {%s}", args_json);
+  fputs("}", t->f);
+  pthread_mutex_unlock(&t->lock);
+}
+
 void tsr_trace_close(tsr_trace_t *t) {
   if (!t) return;
   double now = tsr_trace_now_us(t);

@@ -25,4 +25,9 @@ double tsr_trace_now_us(const tsr_trace_t *t);
 void tsr_trace_begin(tsr_trace_t *t, int track, const char *name, const char *cat, double ts_us);
 void tsr_trace_end(tsr_trace_t *t, int track, const char *args_json, double ts_us);
 
+/* A complete event ("X") that began at ts_us and lasted dur_us: used for
+ * device runs, which overlap when two are in flight. */
+void tsr_trace_complete(tsr_trace_t *t, int track, const char *name, const char *cat,
+                        double ts_us, double dur_us, const char *args_json);
+
 #endif

@@ -1,0 +1,443 @@
+/*
+ * test_offload.c - the partitioner, the tile-streaming executor and the
+ * trace: placements and their causes under given device parameters, tile
+ * splitting of odd shapes (bit-exact against the host), two tiles in flight,
+ * fallback and --no-fallback, and the Chrome trace as valid JSON with
+ * balanced events on the expected tracks.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "offload.h"
+#include "tsr_test.h"
+
+static char small_model[512], odd_model[512], big_model[512];
+
+static int gen(char *path, size_t cap, const char *name, int dim, int hidden, int layers,
+               int heads, int kv, int vocab) {
+  tsr_gen_params_t p;
+  tsr_status_t s = tsr_gen_preset("stories260K", &p);
+  p.dim = dim; p.hidden_dim = hidden; p.n_layers = layers; p.n_heads = heads;
+  p.n_kv_heads = kv; p.vocab_size = vocab; p.seq_len = 128; p.seed = 5;
+  snprintf(path, cap, "%s/%s.gguf", tsr_test_tmpdir(), name);
+  if (!s) s = tsr_gen_model_write(path, &p);
+  if (s) fprintf(stderr, "setup: %s\n", tsr_status_message(s));
+  tsr_status_free(s);
+  return s ? 1 : 0;
+}
+
+static int setup(void) {
+  return gen(small_model, sizeof small_model, "small", 64, 172, 5, 8, 4, 512) ||
+         /* odd everything: dims not multiples of 16, classifier above one N chunk */
+         gen(odd_model, sizeof odd_model, "odd", 72, 200, 3, 6, 3, TSR_TILE_N_CHUNK + 3) ||
+         gen(big_model, sizeof big_model, "big", 1024, 2816, 1, 16, 16, 512);
+}
+
+typedef struct {
+  tsr_context_t *ctx;
+  tsr_model_t *model;
+  tsr_session_t *sess;
+} rig_t;
+
+static tsr_status_t rig_open(rig_t *r, const char *model, const char *devices,
+                             tsr_offload_t policy, const char *place, bool fallback,
+                             const char *trace, tsr_precision_t prec) {
+  memset(r, 0, sizeof *r);
+  tsr_context_options_t o;
+  tsr_context_options_init(&o);
+  /* One thread: the host cost measurements then do not depend on how busy
+   * the machine's other cores are. */
+  o.n_threads = 1;
+  o.devices = devices;
+  o.offload = policy;
+  o.placement = place;
+  o.fallback = fallback;
+  o.trace_path = trace;
+  o.quiet = true;
+  o.device_timeout_ms = 300;
+  tsr_status_t s = tsr_context_create(&o, &r->ctx);
+  if (!s) s = tsr_model_load(r->ctx, model, NULL, &r->model);
+  tsr_session_options_t so;
+  tsr_session_options_init(&so);
+  so.precision = prec;
+  if (!s) s = tsr_session_create(r->model, &so, &r->sess);
+  return s;
+}
+
+static void rig_close(rig_t *r) {
+  tsr_session_destroy(r->sess);
+  tsr_model_destroy(r->model);
+  tsr_context_destroy(r->ctx);
+}
+
+/* Every matmul of graph `g` placed on `dev` (TSR_PLACE_CPU for the host)
+ * with a cause containing `needle`. */
+static void expect_all(const tsr_graph_t *g, int dev, const char *needle) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_MATMUL) {
+      CU_ASSERT_EQUAL(n->device, TSR_PLACE_CPU);
+      continue;
+    }
+    if (n->device != dev || !strstr(n->cause, needle))
+      fprintf(stderr, "node %d (%s, layer %d): device %d, cause '%s'; wanted %d '%s'\n", i,
+              tsr_mm_role_name(n->role), n->layer, n->device, n->cause, dev, needle);
+    CU_ASSERT_EQUAL(n->device, dev);
+    CU_ASSERT_PTR_NOT_NULL(strstr(n->cause, needle));
+  }
+}
+
+/* Tiny matmuls: a 70 us launch and 25 us per transfer cost more than the
+ * host's microseconds, so the cost model keeps everything on the host. */
+static void test_small_stays_on_host(void) {
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_AUTO, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) {
+    tsr_exec_t *e = tsr_session_exec(r.sess);
+    expect_all(&e->decode, TSR_PLACE_CPU, ">= host");
+    expect_all(&e->prefill, TSR_PLACE_CPU, ">= host");
+  }
+  rig_close(&r);
+}
+
+/* A large prefill GEMM on a big, fast array beats the host; the same
+ * weights in decode (one row) stay on the host. */
+static void test_large_prefill_goes_to_device(void) {
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, big_model, "fmodel:rows=128,cols=128,clock=2000,bw=512",
+                         TSR_OFFLOAD_AUTO, NULL, true, NULL, TSR_PRECISION_INT8));
+  if (r.sess) {
+    tsr_exec_t *e = tsr_session_exec(r.sess);
+    int on_dev = 0;
+    for (int32_t i = 0; i < e->prefill.n_nodes; i++) {
+      const tsr_node_t *n = &e->prefill.nodes[i];
+      if (n->op != TSR_NODE_MATMUL || n->layer < 0) continue;
+      CU_ASSERT_EQUAL(n->device, 0);
+      CU_ASSERT_PTR_NOT_NULL(strstr(n->cause, "< host"));
+      on_dev += n->device == 0;
+    }
+    CU_ASSERT_EQUAL(on_dev, 7);
+    CU_ASSERT_TRUE(e->weight_bytes >= (uint64_t)7 * 1024 * 1024);
+  }
+  rig_close(&r);
+}
+
+static void test_policies_and_overrides(void) {
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) expect_all(&tsr_session_exec(r.sess)->decode, 0, "--offload all");
+  rig_close(&r);
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_NONE, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) expect_all(&tsr_session_exec(r.sess)->decode, TSR_PLACE_CPU, "--offload none");
+  rig_close(&r);
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
+                         TSR_PRECISION_FP32));
+  if (r.sess) expect_all(&tsr_session_exec(r.sess)->decode, TSR_PLACE_CPU, "fp32 precision");
+  rig_close(&r);
+  /* --place: ffn on the host, attn_q explicitly on dev0, the rest by policy */
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_NONE, "ffn=cpu,attn_q=dev0",
+                         true, NULL, TSR_PRECISION_INT8));
+  if (r.sess) {
+    const tsr_graph_t *g = &tsr_session_exec(r.sess)->decode;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const tsr_node_t *n = &g->nodes[i];
+      if (n->op != TSR_NODE_MATMUL) continue;
+      if (n->role == TSR_MM_Q) {
+        CU_ASSERT_EQUAL(n->device, 0);
+        CU_ASSERT_STRING_EQUAL(n->cause, "--place attn_q=dev0");
+      } else if (n->role >= TSR_MM_GATE && n->role <= TSR_MM_DOWN) {
+        CU_ASSERT_EQUAL(n->device, TSR_PLACE_CPU);
+        CU_ASSERT_STRING_EQUAL(n->cause, "--place ffn=cpu");
+      } else {
+        CU_ASSERT_EQUAL(n->device, TSR_PLACE_CPU);
+        CU_ASSERT_STRING_EQUAL(n->cause, "--offload none");
+      }
+    }
+  }
+  rig_close(&r);
+  const char *bad[] = {"ffn", "mlp=cpu", "ffn=tpu0", "ffn=dev7", ",", "attn_q=cpu,,"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    tsr_status_t s = rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_AUTO, bad[i], true, NULL,
+                              TSR_PRECISION_INT8);
+    CU_ASSERT_EQUAL(tsr_status_code(s), TSR_STATUS_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(tsr_status_message(s), "placement"));
+    CU_ASSERT_PTR_NULL(r.sess);
+    tsr_status_free(s);
+    rig_close(&r);
+  }
+}
+
+/* Two entries, five layers: layers 0-2 on the first, 3-4 and the
+ * classifier on the host. */
+static void test_layer_split(void) {
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel,cpu", TSR_OFFLOAD_ALL, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) {
+    const tsr_graph_t *g = &tsr_session_exec(r.sess)->decode;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const tsr_node_t *n = &g->nodes[i];
+      if (n->op != TSR_NODE_MATMUL) continue;
+      bool first = n->layer >= 0 && n->layer <= 2;
+      CU_ASSERT_EQUAL(n->device, first ? 0 : TSR_PLACE_CPU);
+      if (!first) CU_ASSERT_PTR_NOT_NULL(strstr(n->cause, "layer split"));
+    }
+  }
+  rig_close(&r);
+}
+
+static void test_tile_arithmetic(void) {
+  tsr_hal_caps_t caps = {.array_rows = 16};
+  CU_ASSERT_EQUAL(tsr_tile_rows(&caps, 1), 1);
+  CU_ASSERT_EQUAL(tsr_tile_rows(&caps, 15), 15);
+  CU_ASSERT_EQUAL(tsr_tile_rows(&caps, 64), 16);
+  int32_t n1[] = {1}, n2[] = {4096, 4097, 8193}, n3[] = {72, 24, 24};
+  CU_ASSERT_EQUAL(tsr_tile_descs(n1, 1, 4096), 1);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n2, 3, 4096), 1 + 2 + 3);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 4096), 3);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 7), 11 + 4 + 4);
+}
+
+/* Logits after a 37-token prefill and 5 decode steps. */
+static void run_tokens(tsr_session_t *s, float *out, int vocab) {
+  int32_t toks[37];
+  for (int i = 0; i < 37; i++) toks[i] = (i * 131 + 7) % vocab;
+  const float *l = NULL;
+  TSR_ASSERT_OK(tsr_session_eval(s, toks, 37, &l));
+  for (int i = 0; i < 5 && l; i++) {
+    int32_t t = (i * 17 + 3) % vocab;
+    TSR_ASSERT_OK(tsr_session_eval(s, &t, 1, &l));
+  }
+  if (l) memcpy(out, l, sizeof(float) * (size_t)vocab);
+}
+
+/* Odd shapes through the device path give the host's int8 logits exactly:
+ * 37 rows = tiles of 16+16+5, N = 4099 split into two descriptors. */
+static void test_odd_shapes_bit_exact(void) {
+  const int vocab = TSR_TILE_N_CHUNK + 3;
+  float *host = calloc(vocab, sizeof(float)), *dev = calloc(vocab, sizeof(float));
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, odd_model, "cpu", TSR_OFFLOAD_AUTO, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) run_tokens(r.sess, host, vocab);
+  rig_close(&r);
+  TSR_ASSERT_OK(rig_open(&r, odd_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) {
+    run_tokens(r.sess, dev, vocab);
+    tsr_session_stats_t st;
+    tsr_session_get_stats(r.sess, &st);
+    /* prefill: 3 tiles per group x 6 groups per layer... every launch carries a group */
+    CU_ASSERT_TRUE(st.device_calls > 0);
+    CU_ASSERT_EQUAL(st.fallbacks, 0);
+    CU_ASSERT_TRUE(st.device_tiles > st.device_calls);
+  }
+  rig_close(&r);
+  CU_ASSERT_EQUAL(memcmp(host, dev, sizeof(float) * (size_t)vocab), 0);
+  free(host);
+  free(dev);
+}
+
+/* Faults: a failed command is retried; with no retries it falls back; a
+ * hang trips the watchdog; a lost device moves work to the host; with
+ * fallback off each of these is an error. The logits never change. */
+static void test_fallback(void) {
+  const int vocab = 512;
+  float ref[512], got[512];
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, small_model, "cpu", TSR_OFFLOAD_AUTO, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) run_tokens(r.sess, ref, vocab);
+  rig_close(&r);
+  struct {
+    const char *dev;
+    int retries;
+    bool expect_fallback;
+  } cases[] = {
+      {"fmodel:fail=20", 1, false},
+      {"fmodel:fail=20", 0, true},
+      {"fmodel:hang=9", 0, true},
+      {"fmodel:lost", 1, false},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    memset(&r, 0, sizeof r);
+    tsr_context_options_t o;
+    tsr_context_options_init(&o);
+    o.devices = cases[c].dev;
+    o.offload = TSR_OFFLOAD_ALL;
+    o.retries = cases[c].retries;
+    o.device_timeout_ms = 200;
+    o.quiet = true;
+    TSR_ASSERT_OK(tsr_context_create(&o, &r.ctx));
+    TSR_ASSERT_OK(tsr_model_load(r.ctx, small_model, NULL, &r.model));
+    tsr_session_options_t so;
+    tsr_session_options_init(&so);
+    so.precision = TSR_PRECISION_INT8;
+    TSR_ASSERT_OK(tsr_session_create(r.model, &so, &r.sess));
+    memset(got, 0, sizeof got);
+    if (r.sess) run_tokens(r.sess, got, vocab);
+    CU_ASSERT_EQUAL(memcmp(ref, got, sizeof ref), 0);
+    tsr_session_stats_t st;
+    if (r.sess) {
+      tsr_session_get_stats(r.sess, &st);
+      if (cases[c].expect_fallback) CU_ASSERT_TRUE(st.fallbacks >= 1);
+      if (cases[c].retries && strstr(cases[c].dev, "fail")) CU_ASSERT_TRUE(st.retries >= 1);
+      printf("REPORT fallback %-16s retries=%d: %llu fallbacks, %llu retries, output unchanged\n",
+             cases[c].dev, cases[c].retries, (unsigned long long)st.fallbacks,
+             (unsigned long long)st.retries);
+    }
+    rig_close(&r);
+    /* --no-fallback: the same fault is an error */
+    memset(&r, 0, sizeof r);
+    o.fallback = false;
+    tsr_status_t s = tsr_context_create(&o, &r.ctx);
+    if (!s) s = tsr_model_load(r.ctx, small_model, NULL, &r.model);
+    if (!s) s = tsr_session_create(r.model, &so, &r.sess);
+    if (!s && cases[c].expect_fallback) {
+      int32_t toks[37];
+      for (int i = 0; i < 37; i++) toks[i] = (i * 131 + 7) % vocab;
+      s = tsr_session_eval(r.sess, toks, 37, NULL);
+      for (int i = 0; !s && i < 5; i++) s = tsr_session_eval(r.sess, &toks[i], 1, NULL);
+    }
+    if (cases[c].expect_fallback || strstr(cases[c].dev, "lost")) {
+      CU_ASSERT_PTR_NOT_NULL(s);
+      if (s) printf("REPORT --no-fallback %s: %s\n", cases[c].dev, tsr_status_message(s));
+    }
+    tsr_status_free(s);
+    rig_close(&r);
+  }
+}
+
+/* ---- a small JSON checker for the trace ---- */
+
+typedef struct {
+  const char *p;
+  int ok;
+} js_t;
+
+static void ws(js_t *j) { while (isspace((unsigned char)*j->p)) j->p++; }
+static void value(js_t *j);
+static void string(js_t *j) {
+  if (*j->p != '"') { j->ok = 0; return; }
+  for (j->p++; *j->p && *j->p != '"'; j->p++)
+    if (*j->p == '\\') j->p++;
+  if (*j->p != '"') j->ok = 0;
+  else j->p++;
+}
+static void value(js_t *j) {
+  ws(j);
+  if (!j->ok) return;
+  if (*j->p == '{' || *j->p == '[') {
+    char close = *j->p == '{' ? '}' : ']';
+    bool obj = *j->p == '{';
+    j->p++;
+    ws(j);
+    if (*j->p == close) { j->p++; return; }
+    for (;;) {
+      if (obj) {
+        ws(j); string(j); ws(j);
+        if (*j->p != ':') { j->ok = 0; return; }
+        j->p++;
+      }
+      value(j);
+      ws(j);
+      if (!j->ok) return;
+      if (*j->p == ',') { j->p++; continue; }
+      if (*j->p == close) { j->p++; return; }
+      j->ok = 0;
+      return;
+    }
+  } else if (*j->p == '"') {
+    string(j);
+  } else {
+    char *end;
+    strtod(j->p, &end);
+    if (end == j->p) {
+      if (!strncmp(j->p, "true", 4)) end = (char *)j->p + 4;
+      else if (!strncmp(j->p, "false", 5)) end = (char *)j->p + 5;
+      else if (!strncmp(j->p, "null", 4)) end = (char *)j->p + 4;
+      else { j->ok = 0; return; }
+    }
+    j->p = end;
+  }
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+  if (b) b[n] = '\0';
+  fclose(f);
+  return b;
+}
+
+/* The trace is one JSON array; it names the host, copy and device tracks;
+ * B/E events balance per track; device runs are complete events, and two
+ * tiles of one group overlap (the second was queued before the first
+ * finished: double buffering). */
+static void test_trace(void) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/trace.json", tsr_test_tmpdir());
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, path,
+                         TSR_PRECISION_INT8));
+  float l[512];
+  if (r.sess) run_tokens(r.sess, l, 512);
+  rig_close(&r);
+  char *txt = slurp(path);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(txt);
+  js_t j = {txt, 1};
+  value(&j);
+  ws(&j);
+  CU_ASSERT_TRUE(j.ok && *j.p == '\0');
+  CU_ASSERT_PTR_NOT_NULL(strstr(txt, "\"name\": \"host: ops\""));
+  CU_ASSERT_PTR_NOT_NULL(strstr(txt, "\"name\": \"host<->device copies\""));
+  CU_ASSERT_PTR_NOT_NULL(strstr(txt, "device fmodel0: runs"));
+  /* balance per tid, and overlap of device runs */
+  int depth[16] = {0}, bad = 0, xs = 0, overlaps = 0;
+  double last_end = -1;
+  for (const char *p = txt; (p = strstr(p, "{\"ph\": \"")); p++) {
+    char ph = p[8];
+    const char *tid = strstr(p, "\"tid\": ");
+    int t = tid ? atoi(tid + 7) : 0;
+    if (t < 0 || t >= 16) continue;
+    if (ph == 'B') depth[t]++;
+    if (ph == 'E' && --depth[t] < 0) bad++;
+    if (ph == 'X') {
+      xs++;
+      double ts = atof(strstr(p, "\"ts\": ") + 6), dur = atof(strstr(p, "\"dur\": ") + 7);
+      if (last_end > ts) overlaps++; /* began before the previous run ended */
+      last_end = ts + dur;
+    }
+  }
+  for (int t = 0; t < 16; t++) bad += depth[t] != 0;
+  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT_TRUE(xs > 100);
+  CU_ASSERT_TRUE(overlaps > 0);
+  printf("REPORT trace: %d device runs, %d began while the previous was in flight\n", xs,
+         overlaps);
+  free(txt);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("offload", setup, NULL);
+  CU_add_test(s, "small matmuls stay on the host", test_small_stays_on_host);
+  CU_add_test(s, "large prefill goes to the device", test_large_prefill_goes_to_device);
+  CU_add_test(s, "policies and overrides", test_policies_and_overrides);
+  CU_add_test(s, "layer split across entries", test_layer_split);
+  CU_add_test(s, "tile arithmetic", test_tile_arithmetic);
+  CU_add_test(s, "odd shapes bit-exact through the device", test_odd_shapes_bit_exact);
+  CU_add_test(s, "fallback and --no-fallback", test_fallback);
+  CU_add_test(s, "trace is JSON, balanced, double-buffered", test_trace);
+  return tsr_test_run_all();
+}
