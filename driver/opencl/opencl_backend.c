@@ -464,7 +464,8 @@ static tsr_status_t pick_device(ocl_device_t *dev) {
     char dname[128] = "";
     cl->clGetDeviceInfo(dev->device, CL_DEVICE_NAME, sizeof dname, dname, NULL);
     dname[sizeof dname - 1] = '\0';
-    snprintf(dev->name, sizeof dev->name, "opencl (%.20s: %.28s)", names[pi], dname);
+    const char *pname = strstr(names[pi], "Portable Computing Language") ? "PoCL" : names[pi];
+    snprintf(dev->name, sizeof dev->name, "opencl (%.16s: %.36s)", pname, dname);
     return TSR_OK;
   }
   tsr_status_code_t code = dev->device_index ? TSR_STATUS_NOT_FOUND : TSR_STATUS_UNAVAILABLE;
