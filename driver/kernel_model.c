@@ -50,9 +50,9 @@ static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, u
  *     one read segment per operand row it must load; two buffer slots per
  *     operand let step i+1 load while step i computes, so a step takes the
  *     longest of: its compute (GEMM: one k per cycle; GEMV: rows k's per
- *     cycle), its loads at the memory bandwidth, the loader's own cycles
- *     (a few plus one per segment) and, for a tile's last step, draining
- *     the previous tile's output bank (one row per cycle);
+ *     cycle), its loads at the memory bandwidth, the loader's issue time
+ *     plus the memory latency and, for a tile's last step, the
+ *     draining of the previous tile's output bank (about two cycles a row);
  *   - the first step waits for the memory latency, the last tile for the
  *     array pipeline and its write-back.
  * Excess over the compute time is counted as stall, as CYC_STALL does. */
@@ -81,11 +81,17 @@ static void add_steps(const tsr_km_timing_t *t, uint64_t count, bool load_a, boo
   uint64_t segs = (load_a ? mlen : 0) + (load_w ? nlen : 0);
   uint64_t beats = segs * div_up(kc, bus);
   uint64_t mem = bytes_to_cycles(t, beats * bus);
-  uint64_t loader = 3 + segs;
+  /* The loader issues a step's segments (about a cycle each) only once
+   * a buffer slot is free, i.e. when the step before starts computing; the
+   * data then needs the memory latency: a floor on the step time when
+   * neither compute nor bandwidth is the limit. */
+  uint64_t loader = segs ? 3 + segs + t->mem_latency : 3;
   uint64_t comp = gemv ? div_up(kc, rows) : kc;
-  /* A tile's last step waits for the previous tile's output bank: the
-   * array pipeline, then about two cycles per row written. */
-  uint64_t busy = last ? comp + 5 + 2 * (gemv ? 1 : mlen) : comp;
+  /* A tile's last step captures into the output bank, which must have been
+   * drained by the writer (about two cycles per row) since the previous
+   * capture; the array pipeline adds a few cycles. */
+  uint64_t drain = 2 * (gemv ? 1 : mlen) + 9;
+  uint64_t busy = last ? (comp + 3 > drain ? comp + 3 : drain) : comp;
   uint64_t step = busy;
   if (mem > step) step = mem;
   if (loader > step) step = loader;
@@ -143,7 +149,7 @@ void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint
   uint64_t k0 = k < kchunk ? k : kchunk;
   uint64_t first_segs = mc[mc[0].count ? 0 : 1].len + nc[nc[0].count ? 0 : 1].len;
   acc->cycles += t->mem_latency + bytes_to_cycles(t, first_segs * div_up(k0, bus) * bus) +
-                 2 * first_segs;
+                 first_segs;
   uint64_t last_rows = gemv ? 1 : (m % mrows ? m % mrows : mrows);
   acc->cycles += t->mem_latency / 2 + 2 * last_rows + 8;
 }
