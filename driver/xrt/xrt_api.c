@@ -121,8 +121,9 @@ static bool ensure_symlink(const char *target, const char *link) {
     cur[n] = '\0';
     if (!strcmp(cur, target)) return true;
   }
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", link, (long)getpid());
+  char tmp[PATH_MAX + 128];
+  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", link, (long)getpid()) >= (int)sizeof tmp)
+    return false;
   unlink(tmp);
   if (symlink(target, tmp) != 0) return false;
   if (rename(tmp, link) != 0) {
@@ -133,8 +134,9 @@ static bool ensure_symlink(const char *target, const char *link) {
 }
 
 static bool write_file_atomic(const char *path, const char *text) {
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  char tmp[PATH_MAX + 128];
+  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp)
+    return false;
   FILE *f = fopen(tmp, "w");
   if (!f) return false;
   bool ok = fputs(text, f) >= 0;
@@ -250,6 +252,15 @@ static tsr_status_t prepare(void) {
       return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE='%s' is not one of noop, sw_emu, "
                      "hw_emu (unset it for hardware)", user_mode);
     snprintf(api.mode, sizeof api.mode, "%s", user_mode);
+    /* The emulation shims start Vitis simulators: without Vitis they call
+     * exit() or hang instead of failing. */
+    const char *vitis = getenv("XILINX_VITIS");
+    struct stat vst;
+    if (strcmp(user_mode, "noop") &&
+        (!vitis || !*vitis || stat(vitis, &vst) != 0 || !S_ISDIR(vst.st_mode)))
+      return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE=%s needs Vitis (XILINX_VITIS is "
+                     "%s); unset XCL_EMULATION_MODE or set it to noop", user_mode,
+                     vitis && *vitis ? "not a directory" : "unset");
   } else if (real_board_present()) {
     snprintf(api.mode, sizeof api.mode, "hw");
   } else {
@@ -295,7 +306,9 @@ static tsr_status_t prepare(void) {
         return TSR_ERR(UNAVAILABLE, "xrt: cannot create symlink '%s' -> '%s': %s", link,
                        target, strerror(errno));
     }
-    snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", envdir);
+    if (snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", envdir) >=
+        (int)sizeof api.xilinx_xrt)
+      return TSR_ERR(UNAVAILABLE, "xrt: cache directory path '%s' is too long", envdir);
     set_xrt = true;
   }
 
@@ -320,7 +333,8 @@ static tsr_status_t prepare(void) {
              fnv1a_str(ini, 0xcbf29ce484222325ull));
     if (access(ini_path, R_OK) != 0 && !write_file_atomic(ini_path, ini))
       return TSR_ERR(UNAVAILABLE, "xrt: cannot write '%s': %s", ini_path, strerror(errno));
-    snprintf(api.ini_path, sizeof api.ini_path, "%s", ini_path);
+    if (snprintf(api.ini_path, sizeof api.ini_path, "%s", ini_path) >= (int)sizeof api.ini_path)
+      return TSR_ERR(UNAVAILABLE, "xrt: cache directory path '%s' is too long", envdir);
     set_ini = true;
   }
 
@@ -346,7 +360,8 @@ tsr_status_t tsr_xrt_api_get(const tsr_xrt_api_t **out) {
 
 /* ---- the forked probe ----------------------------------------------------- */
 
-tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *a, unsigned index) {
+tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *a, unsigned index, const char *xclbin,
+                                  const char *kernel) {
   if (index < 64) {
     pthread_mutex_lock(&api_mu);
     bool done = probed_ok_mask >> index & 1;
@@ -371,6 +386,13 @@ tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *a, unsigned index) {
     close(fds[0]);
     tsr_xrt_device_h d = a->deviceOpen(index);
     if (!d) _exit(3);
+    if (xclbin) {
+      unsigned char uuid[16];
+      if (a->deviceLoadXclbinFile(d, xclbin) || a->deviceGetXclbinUUID(d, uuid)) _exit(4);
+      tsr_xrt_kernel_h k = a->plKernelOpen(d, uuid, kernel);
+      if (!k) _exit(5);
+      a->kernelClose(k);
+    }
     a->deviceClose(d);
     _exit(0);
   }
@@ -417,10 +439,18 @@ tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *a, unsigned index) {
                    "%d%s (mode %s, XILINX_XRT=%s): %s", index, WTERMSIG(status),
                    WTERMSIG(status) == SIGABRT ? " (an uncaught XRT exception)" : "", a->mode,
                    a->xilinx_xrt, *last ? last : "no message");
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 3)
     return TSR_ERR(UNAVAILABLE, "xrt: no device at index %u (mode %s%s)%s%s", index, a->mode,
                    !strcmp(a->mode, "hw") ? ": no Xilinx board bound to xocl" : "",
                    *last ? ": " : "", last);
+  if (code == 4 || code == 5)
+    return TSR_ERR(UNAVAILABLE, "xrt: device %u (mode %s) rejects %s in a probe process%s%s",
+                   index, a->mode, code == 4 ? "the xclbin" : "the kernel",
+                   *last ? ": " : "", last);
+  if (code != 0)
+    return TSR_ERR(UNAVAILABLE, "xrt: XRT ended a probe process for device %u (mode %s) with "
+                   "exit status %d%s%s", index, a->mode, code, *last ? ": " : "", last);
   if (index < 64) {
     pthread_mutex_lock(&api_mu);
     probed_ok_mask |= 1ull << index;

@@ -119,11 +119,15 @@ typedef struct tsr_xrt_api {
  * UNAVAILABLE with the reason when XRT cannot be used safely. */
 tsr_status_t tsr_xrt_api_get(const tsr_xrt_api_t **out);
 
-/* Opens device `index` in a forked child first (once per index and
- * process) so that an XRT abort kills the child, not the caller. OK when
- * the child opened the device; UNAVAILABLE (with what XRT printed) when it
- * died or failed. Needs tsr_xrt_api_get() to have succeeded. */
-tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *api, unsigned index);
+/* Runs the risky first steps in a forked child (once per index and
+ * process) so that an XRT abort, exit() or hang ends the child, not the
+ * caller: opens device `index` and, when `xclbin` is given, loads it and
+ * opens `kernel`. Pass no xclbin for a board, where a load reprograms it.
+ * OK when the child succeeded; UNAVAILABLE (with the last line XRT
+ * printed) when it died, failed or took over 60 s. Needs tsr_xrt_api_get()
+ * to have succeeded. */
+tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *api, unsigned index, const char *xclbin,
+                                  const char *kernel);
 
 /* The one conversion of an XRT error into a status: `err` is what the call
  * returned (a positive or negative errno value) or errno after a NULL

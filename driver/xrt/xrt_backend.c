@@ -531,7 +531,10 @@ static tsr_status_t open_device(xrt_device_t *dev, unsigned index) {
     if (info->conn[i].arg_index == 0) bank_base = info->mem[info->conn[i].mem_index].base;
   tsr_xclbin_info_free(info);
 
-  if (dev->opt_probe) TSR_RETURN_IF(tsr_xrt_probe_device(x, index));
+  if (dev->opt_probe) {
+    bool board = !strcmp(x->mode, "hw");
+    TSR_RETURN_IF(tsr_xrt_probe_device(x, index, board ? NULL : dev->xclbin, dev->kernel_name));
+  }
   errno = 0;
   dev->dev = x->deviceOpen(index);
   if (!dev->dev) {
