@@ -30,6 +30,14 @@
  *   waves=FILE      write an FST waveform; wave_start=, wave_end= window
  *                   (cycles), wave_depth= hierarchy depth
  *   coverage=FILE   coverage data written at close (coverage build)
+ * Fault injection, for the runtime's fallback tests (N counts launches from
+ * 1 since open, as fences do):
+ *   fail=N          launch N is programmed with a ring address outside its
+ *                   window, so the RTL itself refuses it (RING_RANGE)
+ *   hang=N          launch N is programmed but ap_start is never raised:
+ *                   wait() runs into its timeout until a reset
+ *   lost_at=N       from launch N on, every call fails with UNAVAILABLE, as
+ *                   a board that fell off the bus
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -103,7 +111,13 @@ typedef struct sim_device {
   uint64_t n_cmds, cap_cmds;
   uint64_t base_fence; /* fences up to this one were forgotten */
   uint64_t head; /* 0-based index of the oldest command not finished */
+  uint64_t fail_at, hang_at, lost_at; /* fault injection, 0 = never */
+  bool lost;
 } sim_device_t;
+
+static tsr_status_t lost_status(void) {
+  return TSR_ERR(UNAVAILABLE, "sim: device lost (fault injection option 'lost_at')");
+}
 
 static sim_device_t *as_sim(tsr_hal_device_t *d) { return (sim_device_t *)d; }
 
@@ -245,6 +259,12 @@ static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
     } else if (!strcmp(key, "wave_depth")) {
       TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 1000, &u));
       c->wave_depth = (int)u;
+    } else if (!strcmp(key, "fail")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->fail_at));
+    } else if (!strcmp(key, "hang")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->hang_at));
+    } else if (!strcmp(key, "lost_at")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->lost_at));
     } else if (!strcmp(key, "coverage")) {
       if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "sim: option coverage needs a file name");
       snprintf(dev->coverage_path, sizeof dev->coverage_path, "%s", val);
@@ -252,7 +272,8 @@ static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
     } else {
       return TSR_ERR(INVALID_ARGUMENT,
                      "sim: unknown option '%s' (known: latency, bw, outstanding, mem, base, "
-                     "clock, max_cycles, waves, wave_start, wave_end, wave_depth, coverage)",
+                     "clock, max_cycles, waves, wave_start, wave_end, wave_depth, coverage, fail, hang, "
+                     "lost_at)",
                      key);
     }
   }
@@ -333,6 +354,7 @@ static tsr_status_t sim_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align
                               tsr_hal_buffer_t *out) {
   sim_device_t *dev = as_sim(d);
   memset(out, 0, sizeof *out);
+  if (dev->lost) return lost_status();
   uint64_t addr = 0;
   TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "sim");
   out->addr = addr;
@@ -364,6 +386,7 @@ static tsr_status_t check_copy(sim_device_t *dev, const tsr_hal_buffer_t *buf,
 static tsr_status_t sim_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                               uint64_t offset, const void *src, size_t n) {
   sim_device_t *dev = as_sim(d);
+  if (dev->lost) return lost_status();
   TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
   if (n)
     SIM_CHECK(dev->api.mem_write(dev->sim, buf->addr + offset, src, n),
@@ -374,6 +397,7 @@ static tsr_status_t sim_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
 static tsr_status_t sim_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                              uint64_t offset, void *dst, size_t n) {
   sim_device_t *dev = as_sim(d);
+  if (dev->lost) return lost_status();
   TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
   if (n)
     SIM_CHECK(dev->api.mem_read(dev->sim, buf->addr + offset, dst, n),
@@ -404,11 +428,18 @@ static tsr_status_t read64(sim_device_t *dev, uint32_t off, uint64_t *v) {
 /* Programs the arguments of cmds[head] and raises ap_start. */
 static tsr_status_t start_head(sim_device_t *dev) {
   sim_cmd_t *c = &dev->cmds[dev->head];
+  const uint64_t number = dev->base_fence + dev->head + 1;
+  /* fail=N: a ring just past the window, which the kernel must refuse. */
+  uint64_t ring = number == dev->fail_at ? c->cmd.window_base + c->cmd.window_size : c->cmd.ring;
   TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_BASE, c->cmd.window_base));
   TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_SIZE, c->cmd.window_size));
-  TSR_RETURN_IF(write64(dev, TSR_ARG_RING, c->cmd.ring));
+  TSR_RETURN_IF(write64(dev, TSR_ARG_RING, ring));
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_ARG_N_DESC, c->cmd.n_desc), "writing N_DESC");
   c->start_cycle = dev->api.cycles(dev->sim);
+  if (number == dev->hang_at) { /* hang=N: never started, never done */
+    c->state = CMD_RUNNING;
+    return TSR_OK;
+  }
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_START), "writing ap_start");
   c->state = CMD_RUNNING;
   return TSR_OK;
@@ -443,6 +474,8 @@ static tsr_status_t sim_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   sim_device_t *dev = as_sim(d);
   *out_fence = 0;
   if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "sim: submit: NULL command");
+  if (dev->lost_at && dev->base_fence + dev->n_cmds + 1 >= dev->lost_at) dev->lost = true;
+  if (dev->lost) return lost_status();
   /* Keep the results of the last KEEP_DONE finished commands only. */
   if (dev->head >= 2 * KEEP_DONE) {
     uint64_t drop = dev->head - KEEP_DONE;
@@ -473,6 +506,7 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
                              tsr_hal_result_t *out) {
   sim_device_t *dev = as_sim(d);
   if (out) memset(out, 0, sizeof *out);
+  if (dev->lost) return lost_status();
   if (fence == 0 || fence > dev->base_fence + dev->n_cmds)
     return TSR_ERR(INVALID_ARGUMENT, "sim: wait: fence %" PRIu64 " was never issued "
                    "(last is %" PRIu64 ")", fence, dev->base_fence + dev->n_cmds);
@@ -521,6 +555,7 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
 
 static tsr_status_t sim_reset(tsr_hal_device_t *d) {
   sim_device_t *dev = as_sim(d);
+  if (dev->lost) return lost_status();
   dev->api.reset(dev->sim);
   for (uint64_t i = dev->head; i < dev->n_cmds; i++) dev->cmds[i].state = CMD_ABORTED;
   dev->head = dev->n_cmds;

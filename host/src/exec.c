@@ -358,6 +358,12 @@ static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_gro
                                  const tsr_offload_scratch_t *sc, tsr_status_t first) {
   tsr_hal_device_t *h = d->cd->hal;
   tsr_status_t err = first;
+  /* A device that says it is gone is not retried. */
+  if (tsr_status_code(err) == TSR_STATUS_UNAVAILABLE && d->usable) {
+    d->usable = false;
+    tsr_ctx_warn(o->ctx, "%s is gone (%s); its work runs on the CPU from now on", d->cd->name,
+                 tsr_status_message(err));
+  }
   for (int attempt = 0; d->usable && attempt <= o->ctx->opts.retries; attempt++) {
     tsr_status_free(h->vt->reset(h));
     d->resets++;
@@ -388,6 +394,7 @@ static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_gro
   tsr_ctx_warn(o->ctx, "%s: %s; %d row(s) of %s (layer %d) fall back to the CPU",
                d->cd->name, tsr_status_message(err), rows, tsr_mm_role_name(gr->m[0]->role),
                gr->m[0]->layer);
+  /* (when the device is gone, later groups go to the CPU without this path) */
   tsr_status_free(err);
   for (int j = 0; j < gr->count; j++) {
     o->roles[gr->m[j]->role].fallbacks++;
