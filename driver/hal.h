@@ -43,7 +43,13 @@ typedef struct tsr_hal_caps {
   double link_latency_s;   /* fixed cost per host<->device transfer         */
   double launch_latency_s; /* fixed cost per kernel launch                  */
   uint32_t ops;            /* bit mask of supported TSR_OP_* opcodes        */
+  uint32_t flags;          /* TSR_HAL_CAP_* bits                            */
 } tsr_hal_caps_t;
+
+/* caps.flags: the device runs the host flow but computes nothing (XRT's
+ * noop shim). Its results must never be used: the partitioner gives it no
+ * work and `tessera gemm` says its checksum is not a result. */
+#define TSR_HAL_CAP_NO_COMPUTE (1u << 0)
 
 /* One kernel launch: run `n_desc` descriptors starting at device address
  * `ring`; every address must lie in [window_base, window_base+window_size). */

@@ -651,6 +651,7 @@ static void xrt_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->link_latency_s = 25e-6;
   out->launch_latency_s = 70e-6;
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  if (!dev->computes) out->flags |= TSR_HAL_CAP_NO_COMPUTE;
 }
 
 /* ---- extras (xrt_backend.h) -------------------------------------------- */

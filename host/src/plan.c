@@ -121,10 +121,11 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_graph_t *g, const char *s
       if (n->op != TSR_NODE_MATMUL || !roles[n->role]) continue;
       int target = dev;
       if (target >= 0 && (o->devs[target].cd->host || !o->devs[target].usable ||
+                          (o->devs[target].cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE) ||
                           o->precision != TSR_PRECISION_INT8)) {
         snprintf(n->cause, sizeof n->cause, "--place %s=%s, but %s: host", op, where,
                  o->precision != TSR_PRECISION_INT8 ? "fp32 runs on the host only"
-                                                    : "that entry has no usable device");
+                                                    : "that entry cannot compute");
         n->device = TSR_PLACE_CPU;
         continue;
       }
@@ -158,8 +159,11 @@ tsr_status_t tsr_plan_graph(tsr_exec_t *o, tsr_graph_t *g) {
     else if (d->cd->host)
       snprintf(n->cause, sizeof n->cause, "layer split: this layer belongs to entry %d (cpu)", e);
     else if (!d->usable)
-      snprintf(n->cause, sizeof n->cause, "%.40s unavailable: %.140s", d->cd->spec,
+      snprintf(n->cause, sizeof n->cause, "%.40s unavailable: %.120s", d->cd->spec,
                d->cd->unavailable[0] ? d->cd->unavailable : "declared lost");
+    else if (d->cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE)
+      snprintf(n->cause, sizeof n->cause, "%s computes nothing (%.100s)", d->cd->name,
+               d->cd->caps.name);
     else if (!(d->cd->caps.ops & (1u << TSR_OP_GEMM_I8_I32)))
       snprintf(n->cause, sizeof n->cause, "%s has no int8 GEMM", d->cd->name);
     else if ((uint32_t)n->k > d->cd->caps.max_dim)
