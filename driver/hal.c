@@ -7,12 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-/* tsr_regmap.h defines and undefines TSR_ERR for its X-macros: it must
- * come before status.h, which defines TSR_ERR for statuses. */
-#include "tsr_regmap.h"
-
 #include "hal_impl.h"
 #include "status.h"
+#include "tsr_regmap.h"
 
 /* Preference order: real devices first, the cpu functional model last. */
 static const tsr_hal_vtable_t *const backends[] = {
@@ -61,15 +58,13 @@ tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out) {
 
 const char *tsr_hal_hwerr_name(uint32_t code) {
   switch (code) {
-#pragma push_macro("TSR_ERR")
-#undef TSR_ERR
 #define TSR_REG(name, off, acc, desc)
 #define TSR_ARG(name, off, bits, kind, desc)
 #define TSR_STAT(name, off, bits, desc)
 #define TSR_DESC(name, off, bits, desc)
 #define TSR_CONST(name, val, desc)
 #define TSR_OP(name, val, desc)
-#define TSR_ERR(name, val, desc) \
+#define TSR_HWERR(name, val, desc) \
   case val:                      \
     return #name " (" desc ")";
 #include "../hw/regmap.def"
@@ -79,8 +74,7 @@ const char *tsr_hal_hwerr_name(uint32_t code) {
 #undef TSR_DESC
 #undef TSR_CONST
 #undef TSR_OP
-#undef TSR_ERR
-#pragma pop_macro("TSR_ERR")
+#undef TSR_HWERR
     default:
       return "unknown hardware error code";
   }

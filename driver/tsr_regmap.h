@@ -15,7 +15,7 @@ enum {
 #define TSR_DESC(name, off, bits, desc) TSR_DESC_##name = (off),
 #define TSR_CONST(name, val, desc) TSR_HW_##name = (val),
 #define TSR_OP(name, val, desc) TSR_OP_##name = (val),
-#define TSR_ERR(name, val, desc) TSR_HWERR_##name = (val),
+#define TSR_HWERR(name, val, desc) TSR_HWERR_##name = (val),
 #include "../hw/regmap.def"
 #undef TSR_REG
 #undef TSR_ARG
@@ -23,7 +23,7 @@ enum {
 #undef TSR_DESC
 #undef TSR_CONST
 #undef TSR_OP
-#undef TSR_ERR
+#undef TSR_HWERR
 };
 
 /* ap_ctrl bits of TSR_REG_CTRL. */

@@ -65,7 +65,7 @@ static const arg_row regmap_args[] = {
 #define TSR_DESC(name, off, bits, desc)
 #define TSR_CONST(name, val, desc)
 #define TSR_OP(name, val, desc)
-#define TSR_ERR(name, val, desc)
+#define TSR_HWERR(name, val, desc)
 #include "../hw/regmap.def"
 #undef TSR_REG
 #undef TSR_ARG
@@ -73,7 +73,7 @@ static const arg_row regmap_args[] = {
 #undef TSR_DESC
 #undef TSR_CONST
 #undef TSR_OP
-#undef TSR_ERR
+#undef TSR_HWERR
 };
 
 static std::string trim(const std::string &s) {

@@ -12,7 +12,7 @@ or import pkg::* break at least one of them). Names match the C side.
 import re
 import sys
 
-ROW = re.compile(r'^\s*(TSR_REG|TSR_ARG|TSR_STAT|TSR_DESC|TSR_CONST|TSR_OP|TSR_ERR)\s*\((.*)\)\s*$')
+ROW = re.compile(r'^\s*(TSR_REG|TSR_ARG|TSR_STAT|TSR_DESC|TSR_CONST|TSR_OP|TSR_HWERR)\s*\((.*)\)\s*$')
 
 
 def split_args(text):
@@ -65,7 +65,7 @@ def main():
             lines.append("localparam int TSR_HW_%s = %d;  // %s" % (name, num(args[1]), desc))
         elif kind == 'TSR_OP':
             lines.append("localparam logic [31:0] TSR_OP_%s = 32'd%d;  // %s" % (name, num(args[1]), desc))
-        elif kind == 'TSR_ERR':
+        elif kind == 'TSR_HWERR':
             lines.append("localparam logic [31:0] TSR_HWERR_%s = 32'd%d;  // %s" % (name, num(args[1]), desc))
     print('// tsr_regs_pkg.svh - GENERATED from hw/regmap.def by scripts/gen_regs_svh.py.')
     print('// Do not edit: run `make regmap`. `make regmap-check` fails when this file')

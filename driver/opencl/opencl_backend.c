@@ -61,23 +61,20 @@
 
 #include "kernel_model.h"
 
-/* #defines for the kernel prelude, one per regmap.def row. Expanded here,
- * before status.h claims the name TSR_ERR. */
+/* #defines for the kernel prelude, one per regmap.def row. */
 typedef struct cl_define {
   const char *prefix, *name;
   uint64_t value;
 } cl_define_t;
 
 static const cl_define_t regmap_defines[] = {
-#pragma push_macro("TSR_ERR")
-#undef TSR_ERR
 #define TSR_REG(name, off, acc, desc) {"TSR_REG_", #name, (off)},
 #define TSR_ARG(name, off, bits, kind, desc) {"TSR_ARG_", #name, (off)},
 #define TSR_STAT(name, off, bits, desc) {"TSR_STAT_", #name, (off)},
 #define TSR_DESC(name, off, bits, desc) {"TSR_DESC_", #name, (off)},
 #define TSR_CONST(name, val, desc) {"TSR_HW_", #name, (val)},
 #define TSR_OP(name, val, desc) {"TSR_OP_", #name, (val)},
-#define TSR_ERR(name, val, desc) {"TSR_HWERR_", #name, (val)},
+#define TSR_HWERR(name, val, desc) {"TSR_HWERR_", #name, (val)},
 #include "../../hw/regmap.def"
 #undef TSR_REG
 #undef TSR_ARG
@@ -85,8 +82,7 @@ static const cl_define_t regmap_defines[] = {
 #undef TSR_DESC
 #undef TSR_CONST
 #undef TSR_OP
-#undef TSR_ERR
-#pragma pop_macro("TSR_ERR")
+#undef TSR_HWERR
 };
 
 #include "devmem.h"

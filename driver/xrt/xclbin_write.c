@@ -16,17 +16,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* tsr_regmap.h defines and undefines TSR_ERR for its X-macros: it must
- * come before status.h. */
-#include "tsr_regmap.h"
-
 #include "status.h"
+#include "tsr_regmap.h"
 #include "tsr_xclbin.h"
 
 /* ---- the TSR_ARG rows as a table --------------------------------------- */
 
-#pragma push_macro("TSR_ERR")
-#undef TSR_ERR
 #define TSR_REG(name, off, acc, desc)
 #define TSR_ARG(name, off, bits, kind, desc) \
   {#name, (off), (bits) / 8, TSR_ARGKIND_##kind, desc},
@@ -34,7 +29,7 @@
 #define TSR_DESC(name, off, bits, desc)
 #define TSR_CONST(name, val, desc)
 #define TSR_OP(name, val, desc)
-#define TSR_ERR(name, val, desc)
+#define TSR_HWERR(name, val, desc)
 #define TSR_ARGKIND_PTR true
 #define TSR_ARGKIND_SCALAR false
 static const struct {
@@ -51,10 +46,9 @@ static const struct {
 #undef TSR_DESC
 #undef TSR_CONST
 #undef TSR_OP
-#undef TSR_ERR
+#undef TSR_HWERR
 #undef TSR_ARGKIND_PTR
 #undef TSR_ARGKIND_SCALAR
-#pragma pop_macro("TSR_ERR")
 
 #define N_REGMAP_ARGS (sizeof regmap_rows / sizeof regmap_rows[0])
 

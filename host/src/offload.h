@@ -17,12 +17,9 @@
 #ifndef TSR_OFFLOAD_H
 #define TSR_OFFLOAD_H
 
-/* kernel_model.h (through tsr_regmap.h) must come before status.h: the
- * register map's X-macro rows and the status macro share a name. */
-#include "kernel_model.h"
-
 #include "graph.h"
 #include "internal.h"
+#include "kernel_model.h"
 
 /* Per-role counters (a role's nodes in every layer together). */
 typedef struct tsr_role_stats {

@@ -16,7 +16,7 @@ localparam logic [11:0] TSR_ARG_RING = 12'h028;  // device address of the first 
 localparam int TSR_ARG_RING_BITS = 64;
 localparam logic [11:0] TSR_ARG_N_DESC = 12'h034;  // number of descriptors to run
 localparam int TSR_ARG_N_DESC_BITS = 32;
-localparam logic [11:0] TSR_STAT_STATUS = 12'h040;  // 0 = ok, else a TSR_ERR code; sticky until next ap_start
+localparam logic [11:0] TSR_STAT_STATUS = 12'h040;  // 0 = ok, else a TSR_HWERR code; sticky until next ap_start
 localparam int TSR_STAT_STATUS_BITS = 32;
 localparam logic [11:0] TSR_STAT_ERR_INDEX = 12'h044;  // index of the descriptor that failed
 localparam int TSR_STAT_ERR_INDEX_BITS = 32;
