@@ -26,6 +26,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,8 @@ typedef struct cpu_device {
   uint64_t base_fence; /* fences up to this one were forgotten */
   uint64_t next_run; /* index in cmds of the next command to execute */
   bool running;      /* the worker is executing cmds[next_run] */
+  bool idle;         /* the worker sleeps on cv_work for new commands */
+  atomic_uint_fast64_t published; /* commands submitted, readable without mu */
 } cpu_device_t;
 
 #define CPU_NAME "cpu"
@@ -79,11 +82,31 @@ static tsr_status_t lost_status(void) {
   return TSR_ERR(UNAVAILABLE, "cpu: device lost (fault injection option 'lost')");
 }
 
+/* Worker spin before sleeping: ~20-50 us of pause instructions. */
+#define CPU_SPIN 4096
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 static void *worker_main(void *arg) {
   cpu_device_t *dev = arg;
   pthread_mutex_lock(&dev->mu);
   for (;;) {
-    while (!dev->stop && dev->next_run >= dev->n_cmds) pthread_cond_wait(&dev->cv_work, &dev->mu);
+    while (!dev->stop && dev->next_run >= dev->n_cmds) {
+      /* Spin a little first: the host usually submits the next launch
+       * within microseconds, and a sleeping worker costs it a futex wake
+       * (and the launch a scheduler round trip). */
+      uint_fast64_t seen = atomic_load(&dev->published);
+      pthread_mutex_unlock(&dev->mu);
+      for (int i = 0; i < CPU_SPIN && atomic_load(&dev->published) == seen; i++) cpu_relax();
+      pthread_mutex_lock(&dev->mu);
+      if (dev->stop || dev->next_run < dev->n_cmds) break;
+      dev->idle = true;
+      pthread_cond_wait(&dev->cv_work, &dev->mu);
+      dev->idle = false;
+    }
     if (dev->stop) break;
     uint64_t idx = dev->next_run;
     uint64_t fence = dev->base_fence + idx + 1;
@@ -344,7 +367,11 @@ static tsr_status_t cpu_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   c->cmd = *cmd;
   c->state = CMD_QUEUED;
   *out_fence = dev->base_fence + dev->n_cmds;
-  pthread_cond_signal(&dev->cv_work);
+  atomic_fetch_add(&dev->published, 1);
+  /* A busy or spinning worker finds the command when it finishes the current one:
+   * waking it is only needed when it sleeps (saves a futex call per launch
+   * while two launches are in flight). */
+  if (dev->idle) pthread_cond_signal(&dev->cv_work);
   pthread_mutex_unlock(&dev->mu);
   return TSR_OK;
 }

@@ -266,8 +266,10 @@ static tsr_status_t tile_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
   }
   tsr_trace_begin(tr, o->track_copy, "write A + ring", "copy", -1);
   size_t a_bytes = (size_t)rows * (size_t)gr->k;
+  double hal0 = tsr_now_s();
   tsr_status_t st = h->vt->write(h, &d->a[s], 0, sc->qa + (size_t)r0 * gr->k, a_bytes);
   if (!st) st = h->vt->write(h, &d->ring[s], 0, rp, (size_t)nd * TSR_HW_DESC_BYTES);
+  d->hal_s += tsr_now_s() - hal0;
   char args[64];
   snprintf(args, sizeof args, "\"bytes\": %zu", a_bytes + (size_t)nd * TSR_HW_DESC_BYTES);
   tsr_trace_end(tr, o->track_copy, args, -1);
@@ -296,7 +298,10 @@ static tsr_status_t tile_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
                     (uint64_t)nd * TSR_HW_DESC_BYTES / (uint64_t)gr->count;
   }
   d->submit_us[s] = tsr_trace_now_us(tr);
-  return h->vt->submit(h, &cmd, fence);
+  hal0 = tsr_now_s();
+  st = h->vt->submit(h, &cmd, fence);
+  d->hal_s += tsr_now_s() - hal0;
+  return st;
 }
 
 /* Waits for a tile and brings its int32 results back into the outputs. */
@@ -335,7 +340,9 @@ static tsr_status_t tile_finish(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
     const tsr_node_t *n = gr->m[j];
     int32_t *acc = sc->acc + (size_t)r0 * (size_t)n->n;
     size_t bytes = (size_t)rows * (size_t)n->n * 4;
+    double hal0 = tsr_now_s();
     st = h->vt->read(h, &d->c[s], c_off, acc, bytes);
+    d->hal_s += tsr_now_s() - hal0;
     c_off += bytes;
     if (st) break;
     tsr_dequantize(gr->out[j] + (size_t)r0 * n->n, (size_t)n->n, acc, (size_t)n->n,

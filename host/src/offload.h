@@ -45,7 +45,8 @@ typedef struct tsr_exec_dev {
   int trace_track;
   uint64_t launches, cycles, retries, fallbacks, resets;
   double wait_wall_s;        /* host wall time spent waiting (simulation time for sim) */
-  double host_overhead_s;    /* quantize/prepare/copy/dequantize around device tiles */
+  double host_overhead_s;    /* host time around device tiles, waits excluded */
+  double hal_s;              /* of which inside the backend's write/read/submit */
   uint64_t tiles;
   double submit_us[2];       /* trace: when the tile in each slot was queued */
 } tsr_exec_dev_t;
