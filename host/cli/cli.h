@@ -20,6 +20,7 @@ int tsr_cmd_gemm(int argc, char **argv);      /* cmd_gemm.c      */
 int tsr_cmd_devices(int argc, char **argv);   /* cmd_devices.c   */
 int tsr_cmd_plan(int argc, char **argv);      /* cmd_plan.c      */
 int tsr_cmd_xclbin(int argc, char **argv);    /* cmd_xclbin.c    */
+int tsr_cmd_attn(int argc, char **argv);      /* cmd_attn.c      */
 
 /* Option helpers: print "tessera CMD: FLAG: ..." to stderr and return false
  * on a malformed or out-of-range value. */

@@ -15,6 +15,7 @@ static const struct {
     {"gen-model", tsr_cmd_gen_model, "write a llama GGUF with random weights"},
     {"bench", tsr_cmd_bench, "CPU kernel and model benchmarks"},
     {"gemm", tsr_cmd_gemm, "run one int8 matmul on a device and print its checksum"},
+    {"attn", tsr_cmd_attn, "run int8 block-sparse attention on a device, print its checksum"},
     {"devices", tsr_cmd_devices, "list device backends and their availability"},
     {"xclbin", tsr_cmd_xclbin, "write the kernel xclbin or describe/validate one"},
 };

@@ -197,10 +197,59 @@ typedef enum tsr_precision {
   TSR_PRECISION_INT8 = 1, /* W8A8: int8 weights per channel, int8 acts per row */
 } tsr_precision_t;
 
+/* Attention paths. TSR_ATTN_REFERENCE is the fp32 attention of the
+ * reference implementation. Every other kind runs int8 block-sparse
+ * attention: per head, Q and the KV cache are quantized per token (int8 +
+ * one scale per row), the KV cache is split into blocks of `block` keys and
+ * a pattern decides which (query block, key block) pairs are computed; the
+ * others are never fetched nor computed (probability 0). Scores S = Q.K^T
+ * and O = P.V of the active pairs run as int8 GEMMs on a device or on the
+ * host (the same integers either way); scaling by 1/sqrt(head_dim), the
+ * causal mask, softmax and the quantization of P run on the host.
+ * All sizes below are in blocks; key blocks after the query's block never
+ * count (causal). */
+typedef enum tsr_attn_kind {
+  TSR_ATTN_REFERENCE = 0, /* fp32, dense, the default                     */
+  TSR_ATTN_DENSE = 1,     /* int8, every causal block                     */
+  TSR_ATTN_WINDOW = 2,    /* the last `window` blocks (the query's own
+                             included) plus the first `sinks` blocks
+                             (sliding window with attention sinks)          */
+  TSR_ATTN_STRIDED = 3,   /* the last `local` blocks plus every block kb
+                             with kb % stride == stride - 1 (the fixed
+                             pattern of the Sparse Transformer)             */
+  TSR_ATTN_TOPK = 4,      /* per query block, the query's own block plus the
+                             topk - 1 blocks of highest upper bound
+                             sum_d max(q_d min_d, q_d max_d) over the int8
+                             per-channel key minima and maxima of the block
+                             (Quest); ties go to the later block            */
+} tsr_attn_kind_t;
+
+typedef struct tsr_attn_pattern {
+  tsr_attn_kind_t kind;
+  int32_t block;  /* keys per block, >= 1 (default 16)                    */
+  int32_t window; /* TSR_ATTN_WINDOW: blocks in the window, >= 1          */
+  int32_t sinks;  /* TSR_ATTN_WINDOW: leading sink blocks, >= 0           */
+  int32_t stride; /* TSR_ATTN_STRIDED: >= 1                               */
+  int32_t local;  /* TSR_ATTN_STRIDED: recent blocks kept, >= 1 (default 1) */
+  int32_t topk;   /* TSR_ATTN_TOPK: blocks per query block, >= 1          */
+} tsr_attn_pattern_t;
+
+/* Parses a pattern: "ref", "dense", "window:W[,sinks:S]", "strided:S[,local:L]"
+ * or "topk:K", each optionally followed by ",block:B". Errors name the
+ * field and the value. `spec` borrowed. */
+TSR_API TSR_MUST_USE tsr_status_t tsr_attn_pattern_parse(const char *spec,
+                                                         tsr_attn_pattern_t *out);
+/* Writes the canonical spec of `p` (as parse accepts it) into buf. */
+TSR_API void tsr_attn_pattern_format(const tsr_attn_pattern_t *p, char *buf, size_t cap);
+
 typedef struct tsr_session_options {
   tsr_precision_t precision;
   /* Context length of the KV cache; 0 = the model's seq_len. */
   int32_t max_seq;
+  /* Attention path (default: TSR_ATTN_REFERENCE, fp32). The int8 paths
+   * are placed on a device or the host by the partitioner's cost model,
+   * independently of `precision`. */
+  tsr_attn_pattern_t attn;
 } tsr_session_options_t;
 
 TSR_API void tsr_session_options_init(tsr_session_options_t *opts);
@@ -239,6 +288,11 @@ typedef struct tsr_session_stats {
   uint64_t fallbacks;         /* ops (tiles) run on the CPU after a device failure */
   uint64_t retries;           /* device commands retried                  */
   double cpu_s;               /* wall time of ops run on the host         */
+  /* int8 block-sparse attention (zero with the reference path) */
+  uint64_t attn_blocks;       /* (query block, key block) pairs computed  */
+  uint64_t attn_dense_blocks; /* pairs a dense causal mask would compute  */
+  uint64_t attn_kv_bytes;     /* int8 K and V bytes the pairs read        */
+  uint64_t attn_rows;         /* query rows (tokens x layers)             */
 } tsr_session_stats_t;
 
 TSR_API void tsr_session_get_stats(const tsr_session_t *session, tsr_session_stats_t *out);
