@@ -199,6 +199,9 @@ int tsr_cmd_run(int argc, char **argv) {
           n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0, generated,
           decode_s, decode_s > 0 ? (double)generated / decode_s : 0.0,
           precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
+  if (copts.devices && strstr(copts.devices, "sim"))
+    fprintf(stderr, "tessera run: these rates are host wall time and include the RTL "
+                    "simulation; device time is in cycles (--stats)\n");
   if (stats) tsr_session_print_stats(sess, stderr);
   rc = 0;
 done:
