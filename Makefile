@@ -93,6 +93,9 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHARED_LIB) $(DESTDIR)$(PREFIX)/lib/
+	# the Verilated kernel, found by the sim backend next to libtessera
+	if [ -f $(BUILD)/lib/libtessera_rtl.so ]; then \
+	  install -m 755 $(BUILD)/lib/libtessera_rtl.so $(DESTDIR)$(PREFIX)/lib/; fi
 	ln -sf libtessera.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libtessera.so.$(SOMAJOR)
 	ln -sf libtessera.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libtessera.so
 	install -m 644 host/include/tessera.h $(DESTDIR)$(PREFIX)/include/
