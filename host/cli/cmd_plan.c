@@ -19,6 +19,9 @@ static void usage(FILE *f) {
           "  -m, --model FILE       GGUF or llama2.c checkpoint\n"
           "  -z, --tokenizer FILE   llama2.c tokenizer (llama2.c checkpoints)\n"
           "      --precision P      int8 (default) | fp32\n"
+          "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"
+          "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n"
+          "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
           "      --graph            also print the whole graph, light ops included\n"
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
@@ -34,6 +37,12 @@ int tsr_cmd_plan(int argc, char **argv) {
   tsr_precision_t precision = TSR_PRECISION_INT8;
   tsr_context_options_t copts;
   tsr_context_options_init(&copts);
+  tsr_attn_pattern_t attn;
+  {
+    tsr_session_options_t d;
+    tsr_session_options_init(&d);
+    attn = d.attn;
+  }
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int used = cli_device_option(cmd, argc, argv, &i, &copts);
@@ -48,6 +57,14 @@ int tsr_cmd_plan(int argc, char **argv) {
     } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       tok_path = v;
+    } else if (!strcmp(a, "--attn")) {
+      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+      tsr_status_t ps = tsr_attn_pattern_parse(v, &attn);
+      if (ps) {
+        fprintf(stderr, "tessera %s: --attn: %s\n", cmd, tsr_status_message(ps));
+        tsr_status_free(ps);
+        return 2;
+      }
     } else if (!strcmp(a, "--precision")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       if (!strcmp(v, "int8")) precision = TSR_PRECISION_INT8;
@@ -79,6 +96,7 @@ int tsr_cmd_plan(int argc, char **argv) {
   tsr_session_options_t so;
   tsr_session_options_init(&so);
   so.precision = precision;
+  so.attn = attn;
   if (!s) s = tsr_session_create(model, &so, &sess);
   int rc = 0;
   if (s) {

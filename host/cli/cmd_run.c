@@ -27,6 +27,9 @@ static void usage(FILE *f) {
           "      --topp P           nucleus sampling threshold in [0,1] (default 0.9)\n"
           "      --seed S           RNG seed (default: from the clock; printed)\n"
           "      --precision P      fp32 | int8 (W8A8 dynamic quantization) (default fp32)\n"
+          "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"
+          "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n"
+          "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
           "      --stats            print per-op placement, bytes, cycles and times (stderr)\n"
@@ -61,6 +64,12 @@ int tsr_cmd_run(int argc, char **argv) {
   tsr_precision_t precision = TSR_PRECISION_FP32;
   tsr_context_options_t copts;
   tsr_context_options_init(&copts);
+  tsr_attn_pattern_t attn;
+  {
+    tsr_session_options_t d;
+    tsr_session_options_init(&d);
+    attn = d.attn;
+  }
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int used = cli_device_option(cmd, argc, argv, &i, &copts);
@@ -92,6 +101,14 @@ int tsr_cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
       VALUE();
       if (!cli_parse_u64(cmd, a, v, &seed)) return 2;
+    } else if (!strcmp(a, "--attn")) {
+      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+      tsr_status_t ps = tsr_attn_pattern_parse(v, &attn);
+      if (ps) {
+        fprintf(stderr, "tessera %s: --attn: %s\n", cmd, tsr_status_message(ps));
+        tsr_status_free(ps);
+        return 2;
+      }
     } else if (!strcmp(a, "--precision")) {
       VALUE();
       if (!strcmp(v, "fp32")) precision = TSR_PRECISION_FP32;
@@ -132,6 +149,7 @@ int tsr_cmd_run(int argc, char **argv) {
     tsr_session_options_t sopts;
     tsr_session_options_init(&sopts);
     sopts.precision = precision;
+    sopts.attn = attn;
     s = tsr_session_create(model, &sopts, &sess);
   }
   if (!s) s = tsr_sampler_create(cfg.vocab_size, (float)temp, (float)topp, seed, &sampler);

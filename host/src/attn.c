@@ -18,7 +18,7 @@ tsr_status_t tsr_attn_cache_init(tsr_attn_cache_t *c, const tsr_attn_dims_t *d) 
   const size_t kv = (size_t)d->n_kv_heads, seq = (size_t)d->max_seq, hs = (size_t)d->head_dim;
   const size_t nkb = (size_t)tsr_attn_n_kb(d);
   c->k = calloc(kv * seq * hs, 1);
-  c->vt = calloc(kv * seq * hs, 1);
+  c->vt = calloc(kv * nkb * (size_t)d->block * hs, 1);
   c->k_scale = calloc(kv * seq, sizeof(float));
   c->v_scale = calloc(kv * seq, sizeof(float));
   c->kmin = calloc(kv * nkb * hs, 1);
@@ -60,7 +60,8 @@ void tsr_attn_cache_append(tsr_attn_cache_t *c, const tsr_attn_dims_t *d, const 
       /* V: quantized as a row, stored as a column of V^T */
       tsr_quantize_rows(vq, c->v_scale + (size_t)g * seq + p, v + (size_t)t * kv_dim +
                         (size_t)g * hs, 1, hs);
-      for (int32_t i = 0; i < hs; i++) c->vt[((size_t)g * hs + i) * seq + (size_t)p] = vq[i];
+      int8_t *col = c->vt + ((size_t)g * nkb + kb) * (size_t)hs * B + (size_t)(p % B);
+      for (int32_t i = 0; i < hs; i++) col[(size_t)i * B] = vq[i];
     }
   }
 }
@@ -68,16 +69,18 @@ void tsr_attn_cache_append(tsr_attn_cache_t *c, const tsr_attn_dims_t *d, const 
 tsr_status_t tsr_attn_cache_ranges(const tsr_attn_cache_t *c, const tsr_attn_dims_t *d,
                                    int32_t pos0, int32_t T, tsr_attn_emit_fn emit, void *arg) {
   const size_t seq = (size_t)d->max_seq, hs = (size_t)d->head_dim, kvh = (size_t)d->n_kv_heads;
+  const size_t B = (size_t)d->block, nkb = (size_t)tsr_attn_n_kb(d);
   const size_t vt_base = kvh * seq * hs;
+  const size_t kb0 = (size_t)pos0 / B, kb1 = (size_t)(pos0 + T - 1) / B;
   for (size_t g = 0; g < kvh; g++) {
     size_t off = (g * seq + (size_t)pos0) * hs;
     TSR_RETURN_IF(emit(arg, off, c->k + off, (size_t)T * hs));
   }
-  for (size_t g = 0; g < kvh; g++)
-    for (size_t i = 0; i < hs; i++) {
-      size_t off = (g * hs + i) * seq + (size_t)pos0;
-      TSR_RETURN_IF(emit(arg, vt_base + off, c->vt + off, (size_t)T));
-    }
+  /* V^T: the tiles of the blocks the new keys fall in, one range per kv head */
+  for (size_t g = 0; g < kvh; g++) {
+    size_t off = (g * nkb + kb0) * hs * B;
+    TSR_RETURN_IF(emit(arg, vt_base + off, c->vt + off, (kb1 - kb0 + 1) * hs * B));
+  }
   return TSR_OK;
 }
 
@@ -298,8 +301,9 @@ static void pair_gemm(const tsr_attn_work_t *w, const tsr_attn_cache_t *c, int p
                       (int32_t)hs);
   } else {
     const int8_t *a = w->p + pr->p_off;
-    const int8_t *vt = c->vt + g * hs * seq + (size_t)pr->kb * B;
-    tsr_qgemm_strided(NULL, isa, w->o + pr->o_off, hs, a, (size_t)pr->nk, vt, seq, pr->m,
+    const size_t nkb = (size_t)tsr_attn_n_kb(d);
+    const int8_t *vt = c->vt + (g * nkb + (size_t)pr->kb) * hs * B;
+    tsr_qgemm_strided(NULL, isa, w->o + pr->o_off, hs, a, (size_t)pr->nk, vt, B, pr->m,
                       (int32_t)hs, pr->nk);
   }
 }
@@ -481,10 +485,10 @@ void tsr_attn_pack(const tsr_attn_work_t *w, int phase, uint64_t a_addr, uint64_
       desc.n = (uint32_t)hs;
       desc.k = (uint32_t)pr->nk;
       desc.lda = (uint32_t)pr->nk;
-      desc.ldw = (uint32_t)seq;
+      desc.ldw = (uint32_t)B;
       desc.ldc = (uint32_t)hs * 4;
       desc.a_addr = a_addr + pr->p_off;
-      desc.w_addr = vt_base + g * hs * seq + (uint64_t)pr->kb * B;
+      desc.w_addr = vt_base + (g * (uint64_t)tsr_attn_n_kb(d) + (uint64_t)pr->kb) * hs * B;
       desc.c_addr = c_addr + pr->o_off * 4;
     }
     tsr_desc_pack(ring + (size_t)i * TSR_HW_DESC_BYTES, &desc);

@@ -18,9 +18,9 @@
  *      causal mask, softmax over the row's active keys; P' = P * s_v[key]
  *      quantized per row (int8 + scale s_p), stored per pair as m x nk.
  *   5. Values, one GEMM per pair: A = the pair's P' block (m x nk), W = the
- *      transposed V cache of kv head g, hs rows of nk keys from kb*B (the
- *      cache keeps V as (hs, max_seq) per kv head: key-contiguous, so a
- *      block is hs reads of nk bytes), int32 m x hs ("PV partials").
+ *      V^T tile of block kb of kv head g (the cache keeps V transposed in
+ *      tiles of hs x B, keys contiguous: a block is one contiguous read of
+ *      hs rows of nk keys at stride B), int32 m x hs ("PV partials").
  *   6. Host: the partials of a row are summed in int32 (exact) and
  *      dequantized once with s_p (tsr_dequantize, w_scale = 1).
  *
@@ -62,7 +62,9 @@ int32_t tsr_attn_static_count(const tsr_attn_pattern_t *p, int32_t qb);
 
 typedef struct tsr_attn_cache {
   int8_t *k;         /* (n_kv, max_seq, hs): one row per key            */
-  int8_t *vt;        /* (n_kv, hs, max_seq): V transposed, key-contiguous */
+  int8_t *vt;        /* (n_kv, n_kb, hs, block): V transposed per block, so
+                        a block is one contiguous hs x block tile with its
+                        keys contiguous */
   float *k_scale;    /* (n_kv, max_seq) */
   float *v_scale;    /* (n_kv, max_seq) */
   int8_t *kmin, *kmax; /* (n_kv, n_kb, hs): per block and channel, over the
@@ -154,9 +156,11 @@ tsr_status_t tsr_attn_forward(tsr_attn_work_t *w, const tsr_attn_cache_t *c, con
 
 /* ---- descriptors ---- */
 
-/* Device layout of a layer's cache: K then V^T, (n_kv*max_seq*hs) each. */
+/* Device layout of a layer's cache: K (n_kv*max_seq*hs) then the V^T tiles
+ * (n_kv*n_kb*hs*block), as on the host. */
 static inline uint64_t tsr_attn_kv_bytes(const tsr_attn_dims_t *d) {
-  return 2ull * (uint64_t)d->n_kv_heads * (uint64_t)d->max_seq * (uint64_t)d->head_dim;
+  return (uint64_t)d->n_kv_heads * (uint64_t)d->head_dim *
+         ((uint64_t)d->max_seq + (uint64_t)tsr_attn_n_kb(d) * (uint64_t)d->block);
 }
 /* Bytes of the A operand (Qq for phase 0, P' for phase 1) and of C. */
 void tsr_attn_phase_bytes(const tsr_attn_work_t *w, int phase, uint64_t *a_bytes,
@@ -173,7 +177,9 @@ void tsr_attn_pack(const tsr_attn_work_t *w, int phase, uint64_t a_addr, uint64_
 uint64_t tsr_attn_kv_read(const tsr_attn_work_t *w, int phase);
 
 /* Byte ranges of the cache's device layout that positions [pos0, pos0+T)
- * occupy: calls emit(arg, offset, host source, bytes) for each. */
+ * occupy: calls emit(arg, offset, host source, bytes) for each: per kv head
+ * the new K rows, and the V^T tiles of the blocks they fall in (the new
+ * columns and the block's earlier ones, one contiguous range). */
 typedef tsr_status_t (*tsr_attn_emit_fn)(void *arg, uint64_t off, const void *src, size_t n);
 tsr_status_t tsr_attn_cache_ranges(const tsr_attn_cache_t *c, const tsr_attn_dims_t *d,
                                    int32_t pos0, int32_t T, tsr_attn_emit_fn emit, void *arg);

@@ -38,6 +38,21 @@ static tsr_status_t alloc_slots(tsr_exec_t *o, tsr_exec_dev_t *d) {
   d->a_cap = (uint64_t)rows * (uint64_t)o->k_max;
   d->c_cap = (uint64_t)rows * (uint64_t)o->group_n_max * 4;
   d->ring_cap = (uint64_t)o->desc_max * TSR_HW_DESC_BYTES;
+  if (o->attn.kind != TSR_ATTN_REFERENCE) {
+    /* attention: phase p (0 scores, 1 PV) uses slot p; A is Qq or P', C the
+     * score or PV partials, the ring one descriptor per pair */
+    const tsr_attn_work_t *w = &o->attn_work;
+    uint64_t qa = (uint64_t)w->d.n_heads * (uint64_t)w->max_rows * (uint64_t)w->d.head_dim;
+    uint64_t a = qa > w->s_cap ? qa : w->s_cap;
+    uint64_t c = 4 * (w->s_cap > w->o_cap ? w->s_cap : w->o_cap);
+    uint64_t r = (uint64_t)w->cap_pairs * TSR_HW_DESC_BYTES;
+    if (a > d->a_cap) d->a_cap = a;
+    if (c > d->c_cap) d->c_cap = c;
+    if (r > d->ring_cap) d->ring_cap = r;
+  }
+  if (!d->a_cap) d->a_cap = 64;
+  if (!d->c_cap) d->c_cap = 64;
+  if (!d->ring_cap) d->ring_cap = 64;
   for (int s = 0; s < 2; s++) {
     TSR_RETURN_IF(h->vt->alloc(h, d->a_cap, 64, &d->a[s]));
     TSR_RETURN_IF(h->vt->alloc(h, d->c_cap, 64, &d->c[s]));
@@ -84,6 +99,41 @@ static tsr_status_t upload_weights(tsr_exec_t *o, tsr_graph_t *g) {
   return TSR_OK;
 }
 
+/* Allocates the device copy of the int8 KV cache of every layer whose
+ * attention a plan put on a device (one copy per layer, like weights). */
+static tsr_status_t upload_kv(tsr_exec_t *o, tsr_graph_t *g) {
+  for (int32_t i = 0; o->attn.kind != TSR_ATTN_REFERENCE && i < g->n_nodes; i++) {
+    tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_ATTENTION || n->device < 0) continue;
+    const int32_t l = n->layer;
+    if (o->kv_dev[l] == n->device) continue;
+    if (o->kv_dev[l] >= 0) {
+      n->device = o->kv_dev[l];
+      snprintf(n->cause + strlen(n->cause), sizeof n->cause - strlen(n->cause),
+               "; KV cache resident on %s", o->devs[n->device].cd->name);
+      continue;
+    }
+    tsr_exec_dev_t *d = &o->devs[n->device];
+    tsr_hal_device_t *h = d->cd->hal;
+    uint64_t bytes = tsr_attn_kv_bytes(&o->attn_dims);
+    tsr_status_t s = h->vt->alloc(h, bytes, 64, &o->kv_buf[l]);
+    if (s) {
+      memset(&o->kv_buf[l], 0, sizeof o->kv_buf[l]);
+      if (!o->ctx->opts.fallback)
+        return tsr_status_annotate(s, "KV cache of layer %d on %s", l, d->cd->name);
+      snprintf(n->cause, sizeof n->cause, "KV cache does not fit on %s: %.120s", d->cd->name,
+               tsr_status_message(s));
+      tsr_status_free(s);
+      n->device = TSR_PLACE_CPU;
+      continue;
+    }
+    o->kv_dev[l] = n->device;
+    o->kv_ok[l] = true;
+    o->kv_dev_bytes += bytes;
+  }
+  return TSR_OK;
+}
+
 static void size_staging(tsr_exec_t *o, const tsr_graph_t *g) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
@@ -101,7 +151,8 @@ static void size_staging(tsr_exec_t *o, const tsr_graph_t *g) {
 }
 
 tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precision_t prec,
-                             int32_t prefill_rows, tsr_exec_t **out) {
+                             int32_t prefill_rows, const tsr_attn_pattern_t *attn,
+                             int32_t max_seq, tsr_exec_t **out) {
   *out = NULL;
   tsr_exec_t *o = calloc(1, sizeof(*o));
   if (!o) return TSR_ERR(RESOURCE_EXHAUSTED, "executor");
@@ -117,6 +168,27 @@ tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precisi
   if (!o->devs || !o->weights || !o->weight_dev)
     s = TSR_ERR(RESOURCE_EXHAUSTED, "executor: %d devices", o->n_devs);
   for (size_t i = 0; !s && i < n_w; i++) o->weight_dev[i] = -1;
+  if (attn) o->attn = *attn;
+  if (!s && o->attn.kind != TSR_ATTN_REFERENCE) {
+    const tsr_model_config_t *c = &model->cfg;
+    const int32_t L = c->n_layers;
+    o->attn_dims = (tsr_attn_dims_t){c->n_heads, c->n_kv_heads, c->head_dim, max_seq,
+                                     o->attn.block};
+    o->kv8 = calloc((size_t)L, sizeof *o->kv8);
+    o->kv_buf = calloc((size_t)L, sizeof *o->kv_buf);
+    o->kv_dev = malloc(sizeof(int) * (size_t)L);
+    o->kv_ok = calloc((size_t)L, sizeof(bool));
+    if (!o->kv8 || !o->kv_buf || !o->kv_dev || !o->kv_ok)
+      s = TSR_ERR(RESOURCE_EXHAUSTED, "executor: KV caches of %d layers", L);
+    for (int32_t l = 0; !s && l < L; l++) {
+      o->kv_dev[l] = -1;
+      s = tsr_attn_cache_init(&o->kv8[l], &o->attn_dims);
+    }
+    if (!s)
+      s = tsr_attn_work_init(&o->attn_work, &o->attn_dims, &o->attn,
+                             prefill_rows < max_seq ? prefill_rows : max_seq,
+                             tsr_threadpool_size(ctx->pool));
+  }
   if (!s) s = tsr_graph_build(model, 1, &o->decode);
   if (!s) s = tsr_graph_build(model, prefill_rows, &o->prefill);
   if (!s) {
@@ -141,7 +213,7 @@ tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precisi
              strncmp(d->cd->spec, "sim", 3) ? "" : " of the simulation");
     d->trace_track = tsr_trace_track(tr, name);
   }
-  if (!s && prec == TSR_PRECISION_INT8) {
+  if (!s && (prec == TSR_PRECISION_INT8 || o->attn.kind != TSR_ATTN_REFERENCE)) {
     for (int i = 0; !s && i < o->n_devs; i++)
       if (o->devs[i].usable) {
         pthread_mutex_lock(&o->devs[i].cd->lock);
@@ -161,6 +233,8 @@ tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precisi
   if (!s) s = tsr_plan_graph(o, &o->prefill);
   if (!s) s = upload_weights(o, &o->decode);
   if (!s) s = upload_weights(o, &o->prefill);
+  if (!s) s = upload_kv(o, &o->decode);
+  if (!s) s = upload_kv(o, &o->prefill);
   if (s) {
     tsr_exec_destroy(o);
     return s;
@@ -178,9 +252,20 @@ void tsr_exec_destroy(tsr_exec_t *o) {
       tsr_hal_device_t *h = o->devs[o->weight_dev[i]].cd->hal;
       h->vt->free(h, &o->weights[i]);
     }
+    for (int32_t l = 0; o->kv_dev && l < o->model->cfg.n_layers; l++)
+      if (o->kv_dev[l] >= 0) {
+        tsr_hal_device_t *h = o->devs[o->kv_dev[l]].cd->hal;
+        h->vt->free(h, &o->kv_buf[l]);
+      }
     for (int i = 0; i < o->n_devs; i++)
       if (o->devs[i].cd && o->devs[i].cd->hal) free_slots(&o->devs[i]);
   }
+  for (int32_t l = 0; o->kv8 && l < o->model->cfg.n_layers; l++) tsr_attn_cache_free(&o->kv8[l]);
+  free(o->kv8);
+  free(o->kv_buf);
+  free(o->kv_dev);
+  free(o->kv_ok);
+  tsr_attn_work_free(&o->attn_work);
   free(o->devs);
   free(o->weights);
   free(o->weight_dev);
@@ -359,13 +444,18 @@ static tsr_status_t tile_finish(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
   return st;
 }
 
-/* A tile that failed: reset, retry, then run it on the host. */
-static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_group_t *gr,
-                                 int32_t r0, int32_t rows, const float *x,
-                                 const tsr_offload_scratch_t *sc, tsr_status_t first) {
+/* The failure policy of device work (matmul tiles, attention launches): a
+ * device that says it is gone is not retried; otherwise reset it and call
+ * retry(arg) up to the context's retries. Returns TSR_OK with *fall_back
+ * false when a retry succeeded, TSR_OK with *fall_back true when the caller
+ * must run the work on the host (warned with `what`, counted), or the error
+ * when fallback is off. Consumes `first`. */
+static tsr_status_t device_recover(tsr_exec_t *o, tsr_exec_dev_t *d, tsr_status_t first,
+                                   tsr_status_t (*retry)(void *arg), void *arg,
+                                   const char *what, bool *fall_back) {
   tsr_hal_device_t *h = d->cd->hal;
   tsr_status_t err = first;
-  /* A device that says it is gone is not retried. */
+  *fall_back = false;
   if (tsr_status_code(err) == TSR_STATUS_UNAVAILABLE && d->usable) {
     d->usable = false;
     tsr_ctx_warn(o->ctx, "%s is gone (%s); its work runs on the CPU from now on", d->cd->name,
@@ -378,10 +468,7 @@ static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_gro
     d->retries++;
     tsr_ctx_warn(o->ctx, "%s: %s; reset, retry %d of %d", d->cd->name, tsr_status_message(err),
                  attempt + 1, o->ctx->opts.retries);
-    uint64_t fence = 0;
-    uint32_t nd = 0;
-    tsr_status_t s = tile_submit(o, d, gr, r0, rows, 0, sc, &fence, &nd);
-    if (!s) s = tile_finish(o, d, gr, r0, rows, 0, fence, sc);
+    tsr_status_t s = retry(arg);
     if (!s) {
       tsr_status_free(err);
       d->consecutive_failures = 0;
@@ -398,11 +485,42 @@ static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_gro
     tsr_ctx_warn(o->ctx, "%s failed %d times in a row; its work runs on the CPU from now on",
                  d->cd->name, TSR_MAX_FAILURES);
   }
-  tsr_ctx_warn(o->ctx, "%s: %s; %d row(s) of %s (layer %d) fall back to the CPU",
-               d->cd->name, tsr_status_message(err), rows, tsr_mm_role_name(gr->m[0]->role),
-               gr->m[0]->layer);
-  /* (when the device is gone, later groups go to the CPU without this path) */
+  tsr_ctx_warn(o->ctx, "%s: %s; %s fall back to the CPU", d->cd->name, tsr_status_message(err),
+               what);
   tsr_status_free(err);
+  *fall_back = true;
+  return TSR_OK;
+}
+
+typedef struct {
+  tsr_exec_t *o;
+  tsr_exec_dev_t *d;
+  const dev_group_t *gr;
+  int32_t r0, rows;
+  const tsr_offload_scratch_t *sc;
+} tile_retry_t;
+
+static tsr_status_t tile_retry(void *arg) {
+  tile_retry_t *a = arg;
+  uint64_t fence = 0;
+  uint32_t nd = 0;
+  tsr_status_t s = tile_submit(a->o, a->d, a->gr, a->r0, a->rows, 0, a->sc, &fence, &nd);
+  if (!s) s = tile_finish(a->o, a->d, a->gr, a->r0, a->rows, 0, fence, a->sc);
+  return s;
+}
+
+/* A tile that failed: reset, retry, then run it on the host. */
+static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_group_t *gr,
+                                 int32_t r0, int32_t rows, const float *x,
+                                 const tsr_offload_scratch_t *sc, tsr_status_t first) {
+  tile_retry_t arg = {o, d, gr, r0, rows, sc};
+  char what[96];
+  snprintf(what, sizeof what, "%d row(s) of %s (layer %d)", rows,
+           tsr_mm_role_name(gr->m[0]->role), gr->m[0]->layer);
+  bool fall_back = false;
+  TSR_RETURN_IF(device_recover(o, d, first, tile_retry, &arg, what, &fall_back));
+  if (!fall_back) return TSR_OK;
+  /* (when the device is gone, later groups go to the CPU without this path) */
   for (int j = 0; j < gr->count; j++) {
     o->roles[gr->m[j]->role].fallbacks++;
     host_matmul(o, gr->m[j], r0, rows, x, gr->out[j], sc);
@@ -510,5 +628,163 @@ tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_graph_t *g, int32_t 
     if (s) return s;
   }
   (void)t0;
+  return TSR_OK;
+}
+
+/* ---- int8 attention ---- */
+
+typedef struct {
+  tsr_exec_t *o;
+  tsr_exec_dev_t *d;
+  int32_t layer;
+  int phase;
+} attn_launch_t;
+
+/* One attention phase on a device: A and the ring into slot `phase`, one
+ * launch over the window of the staging slots and the layer's cache, C
+ * back into the work's partials. */
+static tsr_status_t attn_launch(void *arg) {
+  attn_launch_t *a = arg;
+  tsr_exec_t *o = a->o;
+  tsr_exec_dev_t *d = a->d;
+  tsr_hal_device_t *h = d->cd->hal;
+  tsr_trace_t *tr = o->ctx->trace;
+  tsr_attn_work_t *w = &o->attn_work;
+  const int s = a->phase;
+  const tsr_hal_buffer_t *kv = &o->kv_buf[a->layer];
+  uint64_t a_bytes, c_bytes;
+  tsr_attn_phase_bytes(w, s, &a_bytes, &c_bytes);
+  const size_t ring_bytes = (size_t)w->n_pairs * TSR_HW_DESC_BYTES;
+  uint8_t *ring = malloc(ring_bytes);
+  if (!ring) return TSR_ERR(RESOURCE_EXHAUSTED, "attention ring of %zu bytes", ring_bytes);
+  tsr_attn_pack(w, s, d->a[s].addr, kv->addr, d->c[s].addr, ring);
+  tsr_trace_begin(tr, o->track_copy, "write attention A + ring", "copy", -1);
+  tsr_status_t st = h->vt->write(h, &d->a[s], 0, tsr_attn_phase_a(w, s), a_bytes);
+  if (!st) st = h->vt->write(h, &d->ring[s], 0, ring, ring_bytes);
+  tsr_trace_end(tr, o->track_copy, NULL, -1);
+  free(ring);
+  if (st) return st;
+  o->attn_stats.bytes_up += a_bytes + ring_bytes;
+  uint64_t lo = kv->addr, hi = kv->addr + kv->size;
+  const tsr_hal_buffer_t *bs[3] = {&d->a[s], &d->c[s], &d->ring[s]};
+  for (int b = 0; b < 3; b++) {
+    if (bs[b]->addr < lo) lo = bs[b]->addr;
+    if (bs[b]->addr + bs[b]->size > hi) hi = bs[b]->addr + bs[b]->size;
+  }
+  tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring[s].addr,
+                           .n_desc = (uint32_t)w->n_pairs};
+  uint64_t fence = 0;
+  double sub_us = tsr_trace_now_us(tr);
+  TSR_RETURN_IF(h->vt->submit(h, &cmd, &fence));
+  tsr_hal_result_t res;
+  memset(&res, 0, sizeof res);
+  double t0 = tsr_now_s();
+  st = h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, &res);
+  d->wait_wall_s += tsr_now_s() - t0;
+  if (tr) {
+    char args[160];
+    snprintf(args, sizeof args, "\"layer\": %d, \"descriptors\": %u, \"cycles\": %" PRIu64,
+             a->layer, res.desc_done, res.cycles);
+    tsr_trace_complete(tr, d->trace_track, s ? "attention P.V" : "attention Q.K",
+                       "device", sub_us, tsr_trace_now_us(tr) - sub_us, args);
+  }
+  if (st) return st;
+  if (res.hw_status != TSR_HWERR_OK)
+    return TSR_ERR(DEVICE, "%s refused attention descriptor %u: %s", d->cd->name,
+                   res.err_index, tsr_hal_hwerr_name(res.hw_status));
+  d->launches++;
+  d->cycles += res.cycles;
+  d->tiles += res.desc_done;
+  o->attn_stats.cycles += res.cycles;
+  o->attn_stats.proj_s += (double)res.cycles / d->timing.clock_hz;
+  o->attn_stats.descs += res.desc_done;
+  st = h->vt->read(h, &d->c[s], 0, tsr_attn_phase_c(w, s), c_bytes);
+  if (!st) o->attn_stats.bytes_down += c_bytes;
+  return st;
+}
+
+typedef struct {
+  tsr_exec_t *o;
+  tsr_exec_dev_t *d;
+  int32_t layer;
+} kv_emit_t;
+
+static tsr_status_t kv_emit(void *arg, uint64_t off, const void *src, size_t n) {
+  kv_emit_t *a = arg;
+  tsr_hal_device_t *h = a->d->cd->hal;
+  a->o->attn_stats.bytes_up += n;
+  return h->vt->write(h, &a->o->kv_buf[a->layer], off, src, n);
+}
+
+tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_graph_t *g, int32_t node,
+                                int32_t pos0, int32_t T, const float *q, const float *k,
+                                const float *v, float *out) {
+  const tsr_node_t *n = &g->nodes[node];
+  const int32_t l = n->layer;
+  tsr_attn_work_t *w = &o->attn_work;
+  tsr_attn_cache_t *c = &o->kv8[l];
+  tsr_attn_stats_t *as = &o->attn_stats;
+  tsr_threadpool_t *pool = o->ctx->pool;
+  double t0 = tsr_now_s();
+  tsr_attn_cache_append(c, &o->attn_dims, k, v, pos0, T);
+  /* The device copy follows every append, wherever this graph runs it. */
+  if (o->kv_dev[l] >= 0 && o->kv_ok[l]) {
+    tsr_exec_dev_t *d = &o->devs[o->kv_dev[l]];
+    tsr_status_t s = d->usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+    if (!s) {
+      kv_emit_t arg = {o, d, l};
+      pthread_mutex_lock(&d->cd->lock);
+      s = tsr_attn_cache_ranges(c, &o->attn_dims, pos0, T, kv_emit, &arg);
+      pthread_mutex_unlock(&d->cd->lock);
+    }
+    if (s) {
+      if (!o->ctx->opts.fallback)
+        return tsr_status_annotate(s, "appending to the KV cache of layer %d on %s (fallback "
+                                      "is off)", l, d->cd->name);
+      if (d->usable)
+        tsr_ctx_warn(o->ctx, "%s: %s; attention of layer %d runs on the CPU from now on",
+                     d->cd->name, tsr_status_message(s), l);
+      tsr_status_free(s);
+      o->kv_ok[l] = false;
+    }
+  }
+  TSR_RETURN_IF(tsr_attn_prepare(w, c, q, pos0, T));
+  int dev = n->device;
+  if (dev >= 0 && (!o->devs[dev].usable || o->kv_dev[l] != dev || !o->kv_ok[l]))
+    dev = TSR_PLACE_CPU;
+  as->calls++;
+  as->rows += (uint64_t)T;
+  as->pairs += (uint64_t)w->n_pairs;
+  as->dense_pairs += w->dense_pairs;
+  as->kv_bytes += 2 * tsr_attn_kv_read(w, 0);
+  if (dev >= 0) {
+    as->device_calls++;
+    as->model_cycles += (double)tsr_attn_model_cycles(w, &o->devs[dev].timing);
+  }
+  for (int phase = 0; phase < 2; phase++) {
+    if (phase == 1) tsr_attn_softmax(w, c, pool);
+    bool host = dev < 0 || !w->n_pairs;
+    if (!host) {
+      tsr_exec_dev_t *d = &o->devs[dev];
+      attn_launch_t arg = {o, d, l, phase};
+      double h0 = tsr_now_s(), waited0 = d->wait_wall_s;
+      pthread_mutex_lock(&d->cd->lock);
+      tsr_status_t s = d->usable ? attn_launch(&arg)
+                                 : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+      if (s) {
+        char what[96];
+        snprintf(what, sizeof what, "%d row(s) of attention (layer %d, %s)", T, l,
+                 phase ? "P.V" : "Q.K");
+        s = device_recover(o, d, s, attn_launch, &arg, what, &host);
+        if (host) as->fallbacks++;
+      }
+      pthread_mutex_unlock(&d->cd->lock);
+      d->host_overhead_s += (tsr_now_s() - h0) - (d->wait_wall_s - waited0);
+      if (s) return s;
+    }
+    if (host) tsr_attn_run_host(w, c, phase, pool, o->ctx->isa);
+  }
+  tsr_attn_output(w, out, pool);
+  as->host_s += tsr_now_s() - t0;
   return TSR_OK;
 }

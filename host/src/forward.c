@@ -50,6 +50,9 @@ void tsr_session_options_init(tsr_session_options_t *o) {
   memset(o, 0, sizeof(*o));
   o->precision = TSR_PRECISION_FP32;
   o->max_seq = 0;
+  o->attn.kind = TSR_ATTN_REFERENCE;
+  o->attn.block = TSR_ATTN_DEFAULT_BLOCK;
+  o->attn.local = 1;
 }
 
 static int32_t max3(int32_t a, int32_t b, int32_t c) {
@@ -73,6 +76,7 @@ tsr_status_t tsr_session_create(tsr_model_t *model, const tsr_session_options_t 
   if (opts->max_seq < 0 || opts->max_seq > c->seq_len)
     return TSR_ERR(OUT_OF_RANGE, "session: max_seq %d outside [0, seq_len %d]", opts->max_seq,
                    c->seq_len);
+  TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&opts->attn), "session: attn");
   if (opts->precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
   tsr_session_t *s = calloc(1, sizeof(*s));
   if (!s) return TSR_ERR(RESOURCE_EXHAUSTED, "session");
@@ -106,7 +110,8 @@ tsr_status_t tsr_session_create(tsr_model_t *model, const tsr_session_options_t 
     tsr_session_destroy(s);
     return TSR_ERR(RESOURCE_EXHAUSTED, "session: KV cache of %zu floats and scratch", 2 * cache);
   }
-  tsr_status_t st = tsr_exec_create(model->ctx, model, s->precision, TSR_PREFILL_CHUNK, &s->exec);
+  tsr_status_t st = tsr_exec_create(model->ctx, model, s->precision, TSR_PREFILL_CHUNK,
+                                    &opts->attn, s->max_seq, &s->exec);
   if (st) {
     tsr_session_destroy(s);
     return tsr_status_annotate(st, "session");
@@ -230,6 +235,15 @@ static tsr_status_t forward_chunk(tsr_session_t *s, const int32_t *tokens, int32
         break;
       }
       case TSR_NODE_ATTENTION: {
+        if (s->exec->attn.kind != TSR_ATTN_REFERENCE) {
+          /* int8 block-sparse: the executor places it (host or device) */
+          tsr_status_t st = tsr_exec_attention(s->exec, g, i, pos0, T, s->q, s->k, s->v, s->xb);
+          if (st) {
+            tsr_exec_op_end(s->exec, n, t0);
+            return st;
+          }
+          break;
+        }
         attn_args_t aa = {s, n->layer, pos0, T};
         /* Waking workers costs microseconds: only worth it for enough work. */
         const double work = (double)T * c->n_heads * (pos0 + T) * hs;

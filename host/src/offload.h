@@ -17,6 +17,7 @@
 #ifndef TSR_OFFLOAD_H
 #define TSR_OFFLOAD_H
 
+#include "attn.h"
 #include "graph.h"
 #include "internal.h"
 #include "kernel_model.h"
@@ -33,6 +34,23 @@ typedef struct tsr_role_stats {
   double host_s;          /* wall time on the host for this role      */
   double model_cycles;    /* cycles the cost model predicted           */
 } tsr_role_stats_t;
+
+/* The int8 attention nodes (every layer together). */
+typedef struct tsr_attn_stats {
+  uint64_t calls;         /* node executions                            */
+  uint64_t device_calls;  /* of which ran (at least partly) on a device */
+  uint64_t rows;          /* query rows                                 */
+  uint64_t pairs;         /* (query block, key block) pairs computed    */
+  uint64_t dense_pairs;   /* pairs a dense causal mask would compute    */
+  uint64_t descs;         /* descriptors run by devices                 */
+  uint64_t cycles;        /* device busy cycles                         */
+  double proj_s;          /* those cycles at the device clock           */
+  uint64_t bytes_up, bytes_down; /* incl. the KV appends               */
+  uint64_t kv_bytes;      /* int8 K and V bytes the pairs read          */
+  uint64_t fallbacks;     /* phases run on the host after a failure     */
+  double host_s;          /* wall time on the host (all of the op)      */
+  double model_cycles;    /* cycles the cost model predicted            */
+} tsr_attn_stats_t;
 
 /* A device as one session uses it. */
 typedef struct tsr_exec_dev {
@@ -71,13 +89,26 @@ typedef struct tsr_exec {
   uint64_t weight_bytes;
   int32_t k_max, group_n_max, desc_max; /* staging sizes */
   tsr_role_stats_t roles[TSR_MM_COUNT];
+  /* int8 attention (attn.kind != TSR_ATTN_REFERENCE) */
+  tsr_attn_pattern_t attn;
+  tsr_attn_dims_t attn_dims;
+  tsr_attn_cache_t *kv8;     /* (n_layers) host copies of the int8 KV cache */
+  tsr_attn_work_t attn_work; /* scratch of one call */
+  tsr_hal_buffer_t *kv_buf;  /* (n_layers) the cache in device memory */
+  int *kv_dev;               /* its device, -1 = none */
+  bool *kv_ok;               /* device copy complete (an append failed: false) */
+  uint64_t kv_dev_bytes;
+  tsr_attn_stats_t attn_stats;
   double light_s[8];         /* host time per light op kind (tsr_node_op_t) */
   uint64_t light_calls[8];
   int track_cpu, track_copy;
 } tsr_exec_t;
 
+/* `attn` (borrowed, NULL = the fp32 reference attention) selects the int8
+ * attention path for a KV cache of max_seq positions. */
 tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precision_t prec,
-                                int32_t prefill_rows, tsr_exec_t **out);
+                             int32_t prefill_rows, const tsr_attn_pattern_t *attn,
+                             int32_t max_seq, tsr_exec_t **out);
 void tsr_exec_destroy(tsr_exec_t *o);
 
 /* The planned graph for a batch of T rows. */
@@ -90,6 +121,14 @@ static inline const tsr_graph_t *tsr_exec_graph(const tsr_exec_t *o, int32_t T) 
 tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_graph_t *g, int32_t leader,
                                       int32_t T, const float *x, float *const *outs,
                                       const tsr_offload_scratch_t *sc);
+
+/* Runs int8 attention node `node` of `g` (attn.kind != REFERENCE) for T
+ * rows at positions pos0..: appends k, v (T, kv_dim) to the layer's int8
+ * cache (host and device copies), then out (T, q_dim) = attention of q over
+ * positions <= each row's, on the node's device or the host. */
+tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_graph_t *g, int32_t node,
+                                int32_t pos0, int32_t T, const float *q, const float *k,
+                                const float *v, float *out);
 
 /* Host-time accounting and tracing of a light op. */
 double tsr_exec_op_begin(tsr_exec_t *o, const tsr_node_t *n);

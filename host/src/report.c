@@ -16,8 +16,18 @@ static void print_graph_plan(const tsr_exec_t *o, const tsr_graph_t *g, FILE *f)
   fprintf(f, "  %5s %-9s %-18s %-7s %10s %10s %10s  %s\n", "layer", "op", "m x n x k", "place",
           "host us", "device us", "xfer us", "cause");
   int light = 0;
+  const bool attn8 = o->attn.kind != TSR_ATTN_REFERENCE;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
+    if (n->op == TSR_NODE_ATTENTION && attn8) {
+      char shape[40];
+      snprintf(shape, sizeof shape, "%dx(ctx)x%d B%d", g->T, o->attn_dims.head_dim,
+               o->attn.block);
+      fprintf(f, "  %5d %-9s %-18s %-7s %10.1f %10.1f %10.1f  %s\n", n->layer, "attention",
+              shape, n->device < 0 ? "cpu" : o->devs[n->device].cd->name, n->est_cpu_s * 1e6,
+              n->est_dev_s * 1e6, n->est_xfer_s * 1e6, n->cause);
+      continue;
+    }
     if (n->op != TSR_NODE_MATMUL) {
       light++;
       continue;
@@ -34,8 +44,8 @@ static void print_graph_plan(const tsr_exec_t *o, const tsr_graph_t *g, FILE *f)
   }
   double cpu, xfer, dev;
   tsr_plan_totals(o, g, &cpu, &xfer, &dev);
-  fprintf(f, "  + %d light ops (embedding, norms, RoPE, attention, SwiGLU, residuals) on the host\n",
-          light);
+  fprintf(f, "  + %d light ops (embedding, norms, RoPE, %sSwiGLU, residuals) on the host\n",
+          light, attn8 ? "" : "attention, ");
   fprintf(f, "  projected per evaluation: host matmuls %.1f us, transfers %.1f us, device %.1f us "
              "(light ops not modeled; see --stats for measured time)\n",
           cpu * 1e6, xfer * 1e6, dev * 1e6);
@@ -67,6 +77,15 @@ void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
           o->ctx->opts.placement ? o->ctx->opts.placement : "");
   if (o->weight_bytes)
     fprintf(f, "weights resident on devices: %.2f MiB\n", (double)o->weight_bytes / 1048576.0);
+  if (o->attn.kind != TSR_ATTN_REFERENCE) {
+    char pat[96];
+    tsr_attn_pattern_format(&o->attn, pat, sizeof pat);
+    fprintf(f, "attention: int8 block-sparse, pattern %s (sizes in blocks of %d keys), KV "
+               "cache of %d positions%s",
+            pat, o->attn.block, o->attn_dims.max_seq, o->kv_dev_bytes ? "" : "\n");
+    if (o->kv_dev_bytes)
+      fprintf(f, ", resident on devices: %.2f MiB\n", (double)o->kv_dev_bytes / 1048576.0);
+  }
   print_graph_plan(o, &o->decode, f);
   print_graph_plan(o, &o->prefill, f);
 }
@@ -90,6 +109,14 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
     out->retries += d->retries;
   }
   out->weight_bytes = o->weight_bytes;
+  const tsr_attn_stats_t *a = &o->attn_stats;
+  out->bytes_to_device += a->bytes_up;
+  out->bytes_from_device += a->bytes_down;
+  out->fallbacks += a->fallbacks;
+  out->attn_blocks = a->pairs;
+  out->attn_dense_blocks = a->dense_pairs;
+  out->attn_kv_bytes = a->kv_bytes;
+  out->attn_rows = a->rows;
 }
 
 void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
@@ -106,13 +133,33 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             s->bytes_down, s->cycles, s->model_cycles, s->proj_s * 1e3, s->host_s * 1e3,
             s->fallbacks);
   }
+  const tsr_attn_stats_t *a = &o->attn_stats;
+  if (a->calls)
+    fprintf(f, "  %-9s %7" PRIu64 " %7" PRIu64 " %8" PRIu64 " %11" PRIu64 " %11" PRIu64
+               " %12" PRIu64 " %12.0f %10.3f %10.3f %6" PRIu64 "\n",
+            "attention", a->calls, a->device_calls, a->descs, a->bytes_up, a->bytes_down,
+            a->cycles, a->model_cycles, a->proj_s * 1e3, o->light_s[TSR_NODE_ATTENTION] * 1e3,
+            a->fallbacks);
   for (int op = 0; op < 8; op++) {
     if (!o->light_calls[op] || op == TSR_NODE_MATMUL) continue;
+    if (op == TSR_NODE_ATTENTION && a->calls) continue;
     fprintf(f, "  %-9s %7" PRIu64 " %7s %8s %11s %11s %12s %12s %10s %10.3f\n",
             tsr_node_op_name((tsr_node_op_t)op), o->light_calls[op], "-", "-", "-", "-", "-", "-",
             "-", o->light_s[op] * 1e3);
   }
   fprintf(f, "  * dev ms: device cycles at the device's stated clock (projected hardware time)\n");
+  if (a->calls) {
+    char pat[96];
+    tsr_attn_pattern_format(&o->attn, pat, sizeof pat);
+    const double tokens = (double)a->rows / (double)o->model->cfg.n_layers;
+    fprintf(f, "attention %s: %" PRIu64 " of %" PRIu64 " causal block pairs computed "
+               "(density %.1f%%), %" PRIu64 " skipped; KV read %" PRIu64 " B = %.0f B per "
+               "token (all layers), %.0f per token and layer\n",
+            pat, a->pairs, a->dense_pairs,
+            a->dense_pairs ? 100.0 * (double)a->pairs / (double)a->dense_pairs : 0.0,
+            a->dense_pairs - a->pairs, a->kv_bytes, tokens > 0 ? (double)a->kv_bytes / tokens : 0,
+            a->rows ? (double)a->kv_bytes / (double)a->rows : 0.0);
+  }
   for (int i = 0; i < o->n_devs; i++) {
     const tsr_exec_dev_t *d = &o->devs[i];
     if (!d->cd->hal) continue;
