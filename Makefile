@@ -42,6 +42,8 @@ SHARED_LIB := $(BUILD)/lib/libtessera.so.$(VERSION)
 CLI        := $(BUILD)/bin/tessera
 
 .PHONY: all run test bench install clean deps
+# Keep objects of chained rules (test objects) between runs.
+.SECONDARY:
 all: $(STATIC_LIB) $(SHARED_LIB) $(CLI)
 
 deps:

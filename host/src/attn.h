@@ -34,10 +34,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* kernel_model.h before status.h (see offload.h) */
-#include "kernel_model.h"
-
 #include "internal.h"
+#include "kernel_model.h"
 
 #define TSR_ATTN_DEFAULT_BLOCK 16
 
