@@ -64,17 +64,28 @@ module tsr_mac_array #(
   logic [OffW-1:0] slice;
   assign slice = idx_i >> LogRows;
 
-  logic [7:0] w_col [Cols];   // GEMM byte of W bank j
+  // Byte selects work on one bank word at a time (constant part select
+  // first), so synthesis builds small multiplexers, not shifters over all
+  // banks.
+  logic [DW-1:0]     a0_word;
+  logic [Cols*8-1:0] w_col;      // GEMM byte of W bank j at j*8
+  assign a0_word = a_words_i[0 +: DW];
   for (genvar j = 0; j < Cols; j++) begin : g_wcol
-    assign w_col[j] = w_words_i[j*DW + 32'({idx_i, 3'b000}) +: 8];
+    logic [DW-1:0] w_word;
+    assign w_word         = w_words_i[j*DW +: DW];
+    assign w_col[j*8 +: 8] = w_word[{idx_i, 3'b000} +: 8];
   end
 
   for (genvar r = 0; r < Rows; r++) begin : g_row
-    logic [7:0] a_gemm, a_gemv;
-    logic       lane_ok;
-    logic [7:0] a_s_q;
-    assign a_gemm  = a_words_i[r*DW + 32'({idx_i, 3'b000}) +: 8];
-    assign a_gemv  = a_words_i[(32'(slice) * Rows + r) * 8 +: 8];
+    logic [7:0]      a_gemm, a_gemv;
+    logic [DW-1:0]   a_word;
+    logic [OffW-1:0] lane_idx;        // byte r of slice `slice`
+    logic            lane_ok;
+    logic [7:0]      a_s_q;
+    assign lane_idx = OffW'(32'(slice) * Rows + r);
+    assign a_word   = a_words_i[r*DW +: DW];
+    assign a_gemm   = a_word[{idx_i, 3'b000} +: 8];
+    assign a_gemv   = a0_word[{lane_idx, 3'b000} +: 8];
     assign lane_ok = LaneW'(r) < lanes_i;
 
     always_ff @(posedge clk_i) begin
@@ -83,12 +94,14 @@ module tsr_mac_array #(
 
     for (genvar j = 0; j < Cols; j++) begin : g_col
       logic [7:0]         w_s_q, w_gemv;
+      logic [DW-1:0]      w_word;
       logic signed [15:0] prod_q;
       logic signed [31:0] acc_q, acc_d;
 
-      assign w_gemv = w_words_i[j*DW + (32'(slice) * Rows + r) * 8 +: 8];
+      assign w_word = w_words_i[j*DW +: DW];
+      assign w_gemv = w_word[{lane_idx, 3'b000} +: 8];
       always_ff @(posedge clk_i) begin
-        if (v_i) w_s_q <= gemv_i ? w_gemv : w_col[j];
+        if (v_i) w_s_q <= gemv_i ? w_gemv : w_col[j*8 +: 8];
       end
       always_ff @(posedge clk_i) begin
         if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s_q);
