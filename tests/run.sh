@@ -16,8 +16,8 @@ run_one() { # name cmd...
   elif [ $rc = 77 ]; then skip=$((skip+1)); echo "SKIP  $name: $(tail -n 1 "$log_dir/$name.log")"
   else fail=$((fail+1)); failed="$failed $name"; echo "FAIL  $name (exit $rc), last lines:"
        tail -n 25 "$log_dir/$name.log" | sed 's/^/    /'; fi
-  # Summaries that tests print for the record (lines starting with "REPORT").
-  grep '^REPORT' "$log_dir/$name.log" | sed 's/^/    /'
+  # Summaries that tests print for the record ("REPORT ..." lines).
+  grep -o 'REPORT.*' "$log_dir/$name.log" | sed 's/^/    /'
 }
 for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] || continue
