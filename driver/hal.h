@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tessera.h"
 
@@ -109,6 +110,11 @@ struct tsr_hal_vtable {
   /* Aborts outstanding work and returns the device to idle. Buffers and
    * their contents survive a reset. */
   tsr_status_t (*reset)(tsr_hal_device_t *dev);
+  /* Optional (NULL when the backend has none): prints the backend's own
+   * counters (e.g. a link's frames and retries) to `f` as lines indented by
+   * two spaces. Called by the runtime's --stats report, also for a device
+   * that was declared lost. */
+  void (*print_stats)(tsr_hal_device_t *dev, FILE *f);
 };
 
 /* Every device object starts with this header. */

@@ -49,6 +49,8 @@
 #define USB_LIB_FILE "libusb-1.0.so.0"
 #define USB_MAX_WINDOW 64
 #define USB_BATCH 256 /* requests per tsr_usb_link_run() of a long copy */
+/* How long submit() waits for room in a full launch queue. */
+#define USB_BUSY_WAIT_NS (60ull * 1000000000ull)
 
 /* Entry points resolved from libusb. */
 typedef struct usb_api {
@@ -609,7 +611,10 @@ static tsr_status_t usb_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   uint8_t run[TSR_USB_RUN_BYTES];
   tsr_usb_run_pack(run, cmd);
   /* The board queues launches; when its queue is full, wait for the oldest
-   * open one and ask again. */
+   * open one and ask again (bounded: a board whose queue never drains, e.g.
+   * behind a hung kernel, ends in DEADLINE_EXCEEDED, not a hang here). */
+  const uint64_t deadline = tsr_hal_now_ns() + USB_BUSY_WAIT_NS;
+  uint64_t pause = dev->poll_us;
   for (uint64_t oldest = 1;;) {
     tsr_usb_req_t r = {.type = TSR_USB_T_RUN, .out = run, .out_len = sizeof run};
     TSR_RETURN_IF(run_reqs(dev, &r, 1, 0));
@@ -626,7 +631,13 @@ static tsr_status_t usb_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
     if (oldest > dev->n_cmds)
       return TSR_ERR(DEVICE, "usb: board says its queue is full with nothing of ours queued");
     TSR_RETURN_IF(poll_status(dev, oldest));
-    if (dev->cmds[oldest - 1].state == CMD_SENT) sleep_us(dev->poll_us);
+    if (dev->cmds[oldest - 1].state != CMD_SENT) continue;
+    if (tsr_hal_now_ns() >= deadline)
+      return TSR_ERR(DEADLINE_EXCEEDED, "usb: submit: the board's launch queue stayed full for "
+                     "%llu s (command %" PRIu64 " not done)",
+                     (unsigned long long)(USB_BUSY_WAIT_NS / 1000000000ull), oldest);
+    sleep_us(pause);
+    if (pause < 2000) pause *= 2;
   }
 }
 
@@ -679,14 +690,27 @@ tsr_status_t tsr_usb_get_stats(tsr_hal_device_t *d, tsr_usb_stats_t *out) {
   return TSR_OK;
 }
 
-void tsr_usb_print_stats(const tsr_usb_stats_t *st, void *f) {
+static void print_counters(const tsr_usb_stats_t *st, FILE *f, const char *prefix) {
   double eff = st->wire_bytes ? 100.0 * (double)st->payload_bytes / (double)st->wire_bytes : 0;
-  fprintf((FILE *)f,
-          "usb: frames out %" PRIu64 " in %" PRIu64 ", retries %" PRIu64 " (timeout %" PRIu64
+  fprintf(f,
+          "%sframes out %" PRIu64 " in %" PRIu64 ", retries %" PRIu64 " (timeout %" PRIu64
           ", nak %" PRIu64 ", seq %" PRIu64 "), bad in %" PRIu64 ", duplicate in %" PRIu64
           ", payload %" PRIu64 " B, wire %" PRIu64 " B, efficiency %.2f%%\n",
-          st->frames_out, st->frames_in, st->retries, st->retry_timeout, st->retry_nak,
+          prefix, st->frames_out, st->frames_in, st->retries, st->retry_timeout, st->retry_nak,
           st->retry_seq, st->bad_in, st->dup_in, st->payload_bytes, st->wire_bytes, eff);
+}
+
+void tsr_usb_print_stats(const tsr_usb_stats_t *st, void *f) {
+  print_counters(st, (FILE *)f, "usb: ");
+}
+
+/* The HAL's optional print_stats: the link counters in the --stats report. */
+static void usb_print_stats(tsr_hal_device_t *d, FILE *f) {
+  usb_device_t *dev = as_usb(d);
+  if (!dev->link) return;
+  tsr_usb_stats_t st;
+  tsr_usb_link_stats(dev->link, &st);
+  print_counters(&st, f, "  usb link: ");
 }
 
 const tsr_hal_vtable_t tsr_hal_usb_vtable = {
@@ -701,4 +725,5 @@ const tsr_hal_vtable_t tsr_hal_usb_vtable = {
     .submit = usb_submit,
     .wait = usb_wait,
     .reset = usb_reset,
+    .print_stats = usb_print_stats,
 };

@@ -177,6 +177,7 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
                "(descriptors, bookkeeping, dequantization) + backend copies/submit %.2f us\n",
             d->host_overhead_s * 1e3, d->host_overhead_s * per,
             (d->host_overhead_s - d->hal_s) * per, d->hal_s * per);
+    if (d->cd->hal->vt->print_stats) d->cd->hal->vt->print_stats(d->cd->hal, f);
   }
   tsr_session_stats_t t;
   tsr_exec_get_stats(o, &t);
