@@ -14,6 +14,12 @@
 
 #define TSR_MAX_FAILURES 3 /* consecutive failed tiles before a device is lost */
 
+/* Counts one host<->device copy for the link model in the stats. */
+static inline void note_xfer(tsr_exec_dev_t *d, uint64_t bytes) {
+  d->xfers++;
+  d->xfer_bytes += bytes;
+}
+
 static size_t weight_index(const tsr_exec_t *o, const tsr_node_t *n) {
   int32_t layer = n->layer < 0 ? o->model->cfg.n_layers : n->layer;
   return (size_t)layer * TSR_MM_COUNT + n->role;
@@ -355,6 +361,8 @@ static tsr_status_t tile_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
   tsr_status_t st = h->vt->write(h, &d->a[s], 0, sc->qa + (size_t)r0 * gr->k, a_bytes);
   if (!st) st = h->vt->write(h, &d->ring[s], 0, rp, (size_t)nd * TSR_HW_DESC_BYTES);
   d->hal_s += tsr_now_s() - hal0;
+  note_xfer(d, a_bytes);
+  note_xfer(d, (uint64_t)nd * TSR_HW_DESC_BYTES);
   char args[64];
   snprintf(args, sizeof args, "\"bytes\": %zu", a_bytes + (size_t)nd * TSR_HW_DESC_BYTES);
   tsr_trace_end(tr, o->track_copy, args, -1);
@@ -428,6 +436,7 @@ static tsr_status_t tile_finish(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
     double hal0 = tsr_now_s();
     st = h->vt->read(h, &d->c[s], c_off, acc, bytes);
     d->hal_s += tsr_now_s() - hal0;
+    note_xfer(d, bytes);
     c_off += bytes;
     if (st) break;
     tsr_dequantize(gr->out[j] + (size_t)r0 * n->n, (size_t)n->n, acc, (size_t)n->n,
@@ -664,6 +673,8 @@ static tsr_status_t attn_launch(void *arg) {
   tsr_trace_end(tr, o->track_copy, NULL, -1);
   free(ring);
   if (st) return st;
+  note_xfer(d, a_bytes);
+  note_xfer(d, ring_bytes);
   o->attn_stats.bytes_up += a_bytes + ring_bytes;
   uint64_t lo = kv->addr, hi = kv->addr + kv->size;
   const tsr_hal_buffer_t *bs[3] = {&d->a[s], &d->c[s], &d->ring[s]};
@@ -699,7 +710,10 @@ static tsr_status_t attn_launch(void *arg) {
   o->attn_stats.proj_s += (double)res.cycles / d->timing.clock_hz;
   o->attn_stats.descs += res.desc_done;
   st = h->vt->read(h, &d->c[s], 0, tsr_attn_phase_c(w, s), c_bytes);
-  if (!st) o->attn_stats.bytes_down += c_bytes;
+  if (!st) {
+    o->attn_stats.bytes_down += c_bytes;
+    note_xfer(d, c_bytes);
+  }
   return st;
 }
 
@@ -713,6 +727,7 @@ static tsr_status_t kv_emit(void *arg, uint64_t off, const void *src, size_t n) 
   kv_emit_t *a = arg;
   tsr_hal_device_t *h = a->d->cd->hal;
   a->o->attn_stats.bytes_up += n;
+  note_xfer(a->d, n);
   return h->vt->write(h, &a->o->kv_buf[a->layer], off, src, n);
 }
 

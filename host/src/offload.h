@@ -62,6 +62,7 @@ typedef struct tsr_exec_dev {
   int consecutive_failures;
   int trace_track;
   uint64_t launches, cycles, retries, fallbacks, resets;
+  uint64_t xfers, xfer_bytes; /* host<->device copies (weights excluded) */
   double wait_wall_s;        /* host wall time spent waiting (simulation time for sim) */
   double host_overhead_s;    /* host time around device tiles, waits excluded */
   double hal_s;              /* of which inside the backend's write/read/submit */

@@ -170,6 +170,15 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             d->cd->name, d->cd->caps.name, d->launches, d->tiles, d->cycles, proj * 1e3,
             d->timing.clock_hz / 1e6, d->retries, d->resets, d->fallbacks,
             d->usable ? "" : " (lost: its work moved to the CPU)");
+    const tsr_hal_caps_t *c = &d->cd->caps;
+    const double link_s = (double)d->xfers * c->link_latency_s +
+                          (c->link_bytes_per_s > 0 ? (double)d->xfer_bytes / c->link_bytes_per_s : 0);
+    fprintf(f, "  projected on the board: device %.3f ms (cycles) + launches %.3f ms (%" PRIu64
+               " x %.0f us) + transfers %.3f ms (%" PRIu64 " copies, %" PRIu64
+               " bytes, at %.1f GB/s + %.0f us each)\n",
+            proj * 1e3, (double)d->launches * c->launch_latency_s * 1e3, d->launches,
+            c->launch_latency_s * 1e6, link_s * 1e3, d->xfers, d->xfer_bytes,
+            c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
     const double per = d->tiles ? 1e6 / (double)d->tiles : 0.0;
     fprintf(f, "  host wall time waiting for it: %.3f ms%s\n", d->wait_wall_s * 1e3,
             strncmp(d->cd->spec, "sim", 3) ? "" : " (simulation time, not hardware time)");
