@@ -11,9 +11,10 @@
  *   pass 2  cost, per group (matmuls that read the same activations, sent
  *           as one upload and one launch): host time = the int8 kernel
  *           measured on this machine for the group's shapes; device time =
- *           the kernel's cycle model at the device's clock plus a launch;
- *           transfers = per-transfer latency plus bytes over the link
- *           bandwidth (activations up once, every result down). The policy
+ *           the kernel's cycle model at the device's clock plus a launch per
+ *           row tile; transfers = per-transfer latency plus bytes over the
+ *           link bandwidth, counted as the executor issues them (per tile:
+ *           activations and ring up, every member's result down). The policy
  *           decides: all, none, or auto (the faster side).
  *           int8 attention (--attn) is costed the same way per node: host
  *           time = its int8 GEMMs (tsr_attn_run_host) measured here for the
@@ -129,11 +130,19 @@ static int layer_entry(const tsr_exec_t *o, int32_t layer) {
   return (int)((int64_t)layer * o->n_devs / L);
 }
 
+/* Launches and transfers of a group as the executor will issue them: the
+ * rows go in tiles; each tile is one launch with two copies in (its
+ * activation rows, its descriptor ring) and one copy out per member. */
 static void transfer_cost(const tsr_hal_caps_t *c, int32_t m, int32_t k, const int32_t *ns,
-                          int count, double *xfer) {
-  double bytes = (double)m * k; /* int8 activations, once for the group */
+                          int count, double *xfer, int32_t *launches) {
+  const int32_t tile_rows = tsr_tile_rows(c, m);
+  const int32_t tiles = (m + tile_rows - 1) / tile_rows;
+  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK);
+  double bytes = (double)m * k + (double)tiles * descs * TSR_HW_DESC_BYTES;
   for (int i = 0; i < count; i++) bytes += 4.0 * m * ns[i];
-  *xfer = c->link_latency_s * (1 + count) + (c->link_bytes_per_s > 0 ? bytes / c->link_bytes_per_s : 0);
+  *xfer = c->link_latency_s * tiles * (2 + count) +
+          (c->link_bytes_per_s > 0 ? bytes / c->link_bytes_per_s : 0);
+  *launches = tiles;
 }
 
 /* Applies "--place op=where,..." to the graph. */
@@ -331,12 +340,13 @@ tsr_status_t tsr_plan_graph(tsr_exec_t *o, tsr_graph_t *g) {
     }
     if (e < 0) continue; /* pass 1 already decided: host */
     const tsr_hal_caps_t *caps = &co->devs[e].cd->caps;
-    dev += caps->launch_latency_s;
-    transfer_cost(caps, lead->m, lead->k, ns, cnt, &xfer);
+    int32_t launches = 1;
+    transfer_cost(caps, lead->m, lead->k, ns, cnt, &xfer, &launches);
+    dev += caps->launch_latency_s * launches;
     for (int j = 0; j < cnt; j++) {
       tsr_node_t *n = &g->nodes[i + j];
       n->est_xfer_s = xfer / cnt;
-      n->est_dev_s += caps->launch_latency_s / cnt;
+      n->est_dev_s += caps->launch_latency_s * launches / cnt;
     }
     const char *dname = co->devs[e].cd->name;
     int place;
