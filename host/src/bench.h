@@ -43,8 +43,12 @@ typedef struct tsr_bench_kernel_result {
   double seconds;   /* median time of one tsr_qgemm call                   */
   double gops;      /* 2*m*n*k / seconds / 1e9                             */
   double gbps;      /* weight + activation bytes read / seconds / 1e9      */
-  double frac_bw;   /* gbps / mem_bw_gbps (meaningful for small m)         */
-  double frac_peak; /* gops / int8_peak_gops (meaningful for large m)      */
+  double frac_bw;   /* gbps / mem_bw_gbps (meaningful for small m); for
+                       m < 16 the median of per-run ratios, each run paired
+                       with a bandwidth measurement taken just before it   */
+  double frac_peak; /* gops / int8_peak_gops (meaningful for large m); for
+                       m >= 16 the median of per-run ratios to a peak
+                       measured just before each run                       */
 } tsr_bench_kernel_result_t;
 
 typedef struct tsr_bench_kernel_results {
