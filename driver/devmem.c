@@ -203,3 +203,34 @@ void tsr_devmem_stats(const tsr_devmem_t *dm, tsr_devmem_stats_t *out) {
     }
   }
 }
+
+tsr_status_t tsr_devmem_buffer_alloc(tsr_devmem_t *dm, const char *backend, uint64_t size,
+                                     uint64_t align, tsr_hal_buffer_t *out) {
+  memset(out, 0, sizeof *out);
+  uint64_t addr = 0;
+  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dm, size, align, &addr), "%s", backend);
+  out->addr = addr;
+  out->size = size;
+  return TSR_OK;
+}
+
+void tsr_devmem_buffer_free(tsr_devmem_t *dm, tsr_hal_buffer_t *buf) {
+  if (!buf || buf->size == 0) return;
+  tsr_status_free(tsr_devmem_free(dm, buf->addr));
+  buf->addr = 0;
+  buf->size = 0;
+}
+
+tsr_status_t tsr_devmem_check_copy(const tsr_devmem_t *dm, const char *backend,
+                                   const tsr_hal_buffer_t *buf, uint64_t offset, size_t n,
+                                   const char *what) {
+  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "%s: %s: NULL buffer", backend, what);
+  if (offset > buf->size || n > buf->size - offset)
+    return TSR_ERR(OUT_OF_RANGE,
+                   "%s: %s of %zu bytes at offset %" PRIu64 " overruns the %" PRIu64
+                   "-byte buffer at 0x%" PRIx64, backend, what, n, offset, buf->size, buf->addr);
+  if (tsr_devmem_size_of(dm, buf->addr) != buf->size)
+    return TSR_ERR(INVALID_ARGUMENT, "%s: %s: buffer 0x%" PRIx64 " (%" PRIu64
+                   " bytes) is not a live allocation", backend, what, buf->addr, buf->size);
+  return TSR_OK;
+}

@@ -1,8 +1,8 @@
 /*
  * devmem.h - an allocator for a flat device memory.
  *
- * Internal header, shared by backends that manage device memory themselves
- * (cpu, sim). It only does bookkeeping over the address range
+ * Internal header, shared by the backends, which all hand out device
+ * addresses themselves. It only does bookkeeping over the address range
  * [base, base + size): it never touches the memory. Blocks are kept in one
  * address-ordered list of segments, each used or free; allocation is
  * best-fit (the smallest free segment that holds the request after
@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hal.h"
 #include "tessera.h"
 
 typedef struct tsr_devmem tsr_devmem_t;
@@ -46,6 +47,26 @@ bool tsr_devmem_contains(const tsr_devmem_t *dm, uint64_t addr, uint64_t n);
 /* Size (as requested, before rounding) of the allocation starting at `addr`,
  * or 0 if none starts there. */
 uint64_t tsr_devmem_size_of(const tsr_devmem_t *dm, uint64_t addr);
+
+/* HAL buffers over the allocator: what every backend's alloc(), free() and
+ * range check for write()/read() share. Messages start with `backend`
+ * (e.g. "cpu"); checks a backend needs first (a lost device) stay in the
+ * backend. */
+
+/* Allocates like tsr_devmem_alloc and fills *out (addr, size as requested,
+ * impl NULL). *out is zeroed first, so it is empty on error. */
+tsr_status_t tsr_devmem_buffer_alloc(tsr_devmem_t *dm, const char *backend, uint64_t size,
+                                     uint64_t align, tsr_hal_buffer_t *out);
+/* Releases buf's allocation and clears buf->addr and buf->size. NULL and
+ * empty (size 0) buffers are ignored; a stray buffer is ignored too. */
+void tsr_devmem_buffer_free(tsr_devmem_t *dm, tsr_hal_buffer_t *buf);
+/* Validates a copy (`what`: "write" or "read") of n bytes at
+ * buf->addr + offset: INVALID_ARGUMENT for a NULL buffer or one that is not
+ * a live allocation of exactly buf->size bytes, OUT_OF_RANGE when the copy
+ * overruns the buffer. */
+tsr_status_t tsr_devmem_check_copy(const tsr_devmem_t *dm, const char *backend,
+                                   const tsr_hal_buffer_t *buf, uint64_t offset, size_t n,
+                                   const char *what);
 
 /* Statistics: bytes in use (rounded sizes plus nothing else), bytes free,
  * the largest free segment, and the number of live allocations. */

@@ -290,40 +290,27 @@ static tsr_status_t cpu_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align
   cpu_device_t *dev = as_cpu(d);
   memset(out, 0, sizeof *out);
   if (dev->lost) return lost_status();
-  uint64_t addr = 0;
-  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "cpu");
-  out->addr = addr;
-  out->size = size;
-  return TSR_OK;
+  return tsr_devmem_buffer_alloc(dev->dm, CPU_NAME, size, align, out);
 }
 
 static void cpu_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
   cpu_device_t *dev = as_cpu(d);
-  if (!buf || buf->size == 0) return;
-  if (!dev->lost) tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
-  buf->addr = 0;
-  buf->size = 0;
-}
-
-/* Validates a copy of n bytes at buf->addr + offset. */
-static tsr_status_t check_copy(cpu_device_t *dev, const tsr_hal_buffer_t *buf,
-                               uint64_t offset, size_t n, const char *what) {
-  if (dev->lost) return lost_status();
-  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "cpu: %s: NULL buffer", what);
-  if (offset > buf->size || n > buf->size - offset)
-    return TSR_ERR(OUT_OF_RANGE,
-                   "cpu: %s of %zu bytes at offset %" PRIu64 " overruns the %" PRIu64
-                   "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
-  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
-    return TSR_ERR(INVALID_ARGUMENT, "cpu: %s: buffer 0x%" PRIx64 " (%" PRIu64
-                   " bytes) is not a live allocation", what, buf->addr, buf->size);
-  return TSR_OK;
+  if (dev->lost) {
+    /* Leave the allocator alone on a lost device; only empty the buffer. */
+    if (buf && buf->size) {
+      buf->addr = 0;
+      buf->size = 0;
+    }
+    return;
+  }
+  tsr_devmem_buffer_free(dev->dm, buf);
 }
 
 static tsr_status_t cpu_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                               uint64_t offset, const void *src, size_t n) {
   cpu_device_t *dev = as_cpu(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  if (dev->lost) return lost_status();
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, CPU_NAME, buf, offset, n, "write"));
   if (n) memcpy(dev->mem.data + (buf->addr - dev->mem.base) + offset, src, n);
   return TSR_OK;
 }
@@ -331,7 +318,8 @@ static tsr_status_t cpu_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
 static tsr_status_t cpu_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                              uint64_t offset, void *dst, size_t n) {
   cpu_device_t *dev = as_cpu(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  if (dev->lost) return lost_status();
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, CPU_NAME, buf, offset, n, "read"));
   if (n) memcpy(dst, dev->mem.data + (buf->addr - dev->mem.base) + offset, n);
   return TSR_OK;
 }

@@ -716,40 +716,17 @@ static void ocl_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
 
 static tsr_status_t ocl_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
                               tsr_hal_buffer_t *out) {
-  ocl_device_t *dev = as_ocl(d);
-  memset(out, 0, sizeof *out);
-  uint64_t addr = 0;
-  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), OCL_NAME);
-  out->addr = addr;
-  out->size = size;
-  return TSR_OK;
+  return tsr_devmem_buffer_alloc(as_ocl(d)->dm, OCL_NAME, size, align, out);
 }
 
 static void ocl_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
-  ocl_device_t *dev = as_ocl(d);
-  if (!buf || buf->size == 0) return;
-  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
-  buf->addr = 0;
-  buf->size = 0;
-}
-
-static tsr_status_t check_copy(ocl_device_t *dev, const tsr_hal_buffer_t *buf,
-                               uint64_t offset, size_t n, const char *what) {
-  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "opencl: %s: NULL buffer", what);
-  if (offset > buf->size || n > buf->size - offset)
-    return TSR_ERR(OUT_OF_RANGE,
-                   "opencl: %s of %zu bytes at offset %" PRIu64 " overruns the %" PRIu64
-                   "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
-  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
-    return TSR_ERR(INVALID_ARGUMENT, "opencl: %s: buffer 0x%" PRIx64 " (%" PRIu64
-                   " bytes) is not a live allocation", what, buf->addr, buf->size);
-  return TSR_OK;
+  tsr_devmem_buffer_free(as_ocl(d)->dm, buf);
 }
 
 static tsr_status_t ocl_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                               uint64_t offset, const void *src, size_t n) {
   ocl_device_t *dev = as_ocl(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, OCL_NAME, buf, offset, n, "write"));
   if (!n) return TSR_OK;
   return OCL_CALL(&dev->cl, clEnqueueWriteBuffer, dev->xq, dev->mem, CL_TRUE,
                   (size_t)(buf->addr - dev->mem_base + offset), n, src, 0, NULL, NULL);
@@ -758,7 +735,7 @@ static tsr_status_t ocl_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
 static tsr_status_t ocl_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                              uint64_t offset, void *dst, size_t n) {
   ocl_device_t *dev = as_ocl(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, OCL_NAME, buf, offset, n, "read"));
   if (!n) return TSR_OK;
   return OCL_CALL(&dev->cl, clEnqueueReadBuffer, dev->xq, dev->mem, CL_TRUE,
                   (size_t)(buf->addr - dev->mem_base + offset), n, dst, 0, NULL, NULL);

@@ -355,39 +355,18 @@ static tsr_status_t sim_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align
   sim_device_t *dev = as_sim(d);
   memset(out, 0, sizeof *out);
   if (dev->lost) return lost_status();
-  uint64_t addr = 0;
-  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "sim");
-  out->addr = addr;
-  out->size = size;
-  return TSR_OK;
+  return tsr_devmem_buffer_alloc(dev->dm, SIM_NAME, size, align, out);
 }
 
 static void sim_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
-  sim_device_t *dev = as_sim(d);
-  if (!buf || buf->size == 0) return;
-  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
-  buf->addr = 0;
-  buf->size = 0;
-}
-
-static tsr_status_t check_copy(sim_device_t *dev, const tsr_hal_buffer_t *buf,
-                               uint64_t offset, size_t n, const char *what) {
-  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "sim: %s: NULL buffer", what);
-  if (offset > buf->size || n > buf->size - offset)
-    return TSR_ERR(OUT_OF_RANGE,
-                   "sim: %s of %zu bytes at offset %" PRIu64 " overruns the %" PRIu64
-                   "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
-  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
-    return TSR_ERR(INVALID_ARGUMENT, "sim: %s: buffer 0x%" PRIx64 " (%" PRIu64
-                   " bytes) is not a live allocation", what, buf->addr, buf->size);
-  return TSR_OK;
+  tsr_devmem_buffer_free(as_sim(d)->dm, buf);
 }
 
 static tsr_status_t sim_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                               uint64_t offset, const void *src, size_t n) {
   sim_device_t *dev = as_sim(d);
   if (dev->lost) return lost_status();
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, SIM_NAME, buf, offset, n, "write"));
   if (n)
     SIM_CHECK(dev->api.mem_write(dev->sim, buf->addr + offset, src, n),
               "backdoor write of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
@@ -398,7 +377,7 @@ static tsr_status_t sim_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                              uint64_t offset, void *dst, size_t n) {
   sim_device_t *dev = as_sim(d);
   if (dev->lost) return lost_status();
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, SIM_NAME, buf, offset, n, "read"));
   if (n)
     SIM_CHECK(dev->api.mem_read(dev->sim, buf->addr + offset, dst, n),
               "backdoor read of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);

@@ -530,45 +530,26 @@ static tsr_status_t usb_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align
   usb_device_t *dev = as_usb(d);
   memset(out, 0, sizeof *out);
   TSR_RETURN_IF(usable(dev));
-  uint64_t addr = 0;
-  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "usb");
-  out->addr = addr;
-  out->size = size;
-  return TSR_OK;
+  return tsr_devmem_buffer_alloc(dev->dm, USB_NAME, size, align, out);
 }
 
 static void usb_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
-  usb_device_t *dev = as_usb(d);
-  if (!buf || buf->size == 0) return;
-  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
-  buf->addr = 0;
-  buf->size = 0;
-}
-
-static tsr_status_t check_copy(usb_device_t *dev, const tsr_hal_buffer_t *buf, uint64_t offset,
-                               size_t n, const char *what) {
-  TSR_RETURN_IF(usable(dev));
-  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "usb: %s: NULL buffer", what);
-  if (offset > buf->size || n > buf->size - offset)
-    return TSR_ERR(OUT_OF_RANGE, "usb: %s of %zu bytes at offset %" PRIu64 " overruns the %"
-                   PRIu64 "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
-  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
-    return TSR_ERR(INVALID_ARGUMENT, "usb: %s: buffer 0x%" PRIx64 " (%" PRIu64
-                   " bytes) is not a live allocation", what, buf->addr, buf->size);
-  return TSR_OK;
+  tsr_devmem_buffer_free(as_usb(d)->dm, buf);
 }
 
 static tsr_status_t usb_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
                               const void *src, size_t n) {
   usb_device_t *dev = as_usb(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  TSR_RETURN_IF(usable(dev));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, USB_NAME, buf, offset, n, "write"));
   return mem_copy(dev, true, buf->addr + offset, (uint8_t *)(uintptr_t)src, n);
 }
 
 static tsr_status_t usb_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
                              void *dst, size_t n) {
   usb_device_t *dev = as_usb(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  TSR_RETURN_IF(usable(dev));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, USB_NAME, buf, offset, n, "read"));
   return mem_copy(dev, false, buf->addr + offset, dst, n);
 }
 

@@ -399,39 +399,17 @@ static tsr_status_t xrt_reset(tsr_hal_device_t *d) {
 
 static tsr_status_t xrt_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
                               tsr_hal_buffer_t *out) {
-  xrt_device_t *dev = as_xrt(d);
-  memset(out, 0, sizeof *out);
-  uint64_t addr = 0;
-  TSR_RETURN_IF_ERROR(tsr_devmem_alloc(dev->dm, size, align, &addr), "xrt");
-  out->addr = addr;
-  out->size = size;
-  return TSR_OK;
+  return tsr_devmem_buffer_alloc(as_xrt(d)->dm, XRT_NAME, size, align, out);
 }
 
 static void xrt_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
-  xrt_device_t *dev = as_xrt(d);
-  if (!buf || buf->size == 0) return;
-  tsr_status_free(tsr_devmem_free(dev->dm, buf->addr));
-  buf->addr = 0;
-  buf->size = 0;
-}
-
-static tsr_status_t check_copy(xrt_device_t *dev, const tsr_hal_buffer_t *buf, uint64_t offset,
-                               size_t n, const char *what) {
-  if (!buf) return TSR_ERR(INVALID_ARGUMENT, "xrt: %s: NULL buffer", what);
-  if (offset > buf->size || n > buf->size - offset)
-    return TSR_ERR(OUT_OF_RANGE, "xrt: %s of %zu bytes at offset %" PRIu64 " overruns the %"
-                   PRIu64 "-byte buffer at 0x%" PRIx64, what, n, offset, buf->size, buf->addr);
-  if (tsr_devmem_size_of(dev->dm, buf->addr) != buf->size)
-    return TSR_ERR(INVALID_ARGUMENT, "xrt: %s: buffer 0x%" PRIx64 " (%" PRIu64 " bytes) is not "
-                   "a live allocation", what, buf->addr, buf->size);
-  return TSR_OK;
+  tsr_devmem_buffer_free(as_xrt(d)->dm, buf);
 }
 
 static tsr_status_t xrt_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
                               const void *src, size_t n) {
   xrt_device_t *dev = as_xrt(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "write"));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, XRT_NAME, buf, offset, n, "write"));
   if (!n) return TSR_OK;
   size_t at = (size_t)(buf->addr - dev->mem_base + offset);
   int rc = dev->x->boWrite(dev->arena, src, n, at);
@@ -446,7 +424,7 @@ static tsr_status_t xrt_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, 
 static tsr_status_t xrt_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
                              void *dst, size_t n) {
   xrt_device_t *dev = as_xrt(d);
-  TSR_RETURN_IF(check_copy(dev, buf, offset, n, "read"));
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, XRT_NAME, buf, offset, n, "read"));
   if (!n) return TSR_OK;
   size_t at = (size_t)(buf->addr - dev->mem_base + offset);
   int rc = dev->x->boSync(dev->arena, TSR_XRT_SYNC_FROM_DEVICE, n, at);
