@@ -159,6 +159,12 @@ tsr_status_t tsr_hal_opt_f64(const char *backend, const char *key, const char *v
   return TSR_OK;
 }
 
+void tsr_hal_caps_pcie_defaults(tsr_hal_caps_t *caps) {
+  caps->link_bytes_per_s = 12e9;
+  caps->link_latency_s = 25e-6;
+  caps->launch_latency_s = 70e-6;
+}
+
 uint64_t tsr_hal_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -277,11 +277,7 @@ static void cpu_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_size = dev->mem.size;
   out->clock_hz = dev->timing.clock_hz;
   out->mem_bytes_per_cycle = dev->timing.mem_bytes_per_cycle;
-  /* A PCIe Gen3 x16 board as measured with XRT: ~12 GB/s, 19-32 us per
-   * buffer sync, 45-100 us per launch. */
-  out->link_bytes_per_s = 12e9;
-  out->link_latency_s = 25e-6;
-  out->launch_latency_s = 70e-6;
+  tsr_hal_caps_pcie_defaults(out); /* the model stands for a PCIe board */
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 

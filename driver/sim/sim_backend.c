@@ -343,10 +343,7 @@ static void sim_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_size = dev->cfg.mem_size;
   out->clock_hz = dev->clock_hz;
   out->mem_bytes_per_cycle = dev->cfg.mem_bytes_per_cycle;
-  /* The simulated device stands for a PCIe board (see the cpu backend). */
-  out->link_bytes_per_s = 12e9;
-  out->link_latency_s = 25e-6;
-  out->launch_latency_s = 70e-6;
+  tsr_hal_caps_pcie_defaults(out); /* the simulated device stands for a PCIe board */
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 

@@ -623,11 +623,7 @@ static void xrt_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_size = dev->mem_size;
   out->clock_hz = dev->clock_hz;
   out->mem_bytes_per_cycle = 64;
-  /* A PCIe Gen3 x16 board through XRT: ~12 GB/s, 19-32 us per buffer sync,
-   * 45-100 us per launch. */
-  out->link_bytes_per_s = 12e9;
-  out->link_latency_s = 25e-6;
-  out->launch_latency_s = 70e-6;
+  tsr_hal_caps_pcie_defaults(out); /* a PCIe board through XRT */
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
   if (!dev->computes) out->flags |= TSR_HAL_CAP_NO_COMPUTE;
 }
