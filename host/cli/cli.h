@@ -50,6 +50,16 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --device-timeout MS  watchdog per device command (default 10000)\n"            \
   "      --quiet            no warnings on stderr\n"
 
+/* The session options shared by run and plan: --precision (fp32 | int8)
+ * and --attn (a pattern, tsr_attn_pattern_parse). Returns like
+ * cli_device_option. */
+int cli_session_option(const char *cmd, int argc, char **argv, int *i,
+                       tsr_session_options_t *opts);
+#define CLI_ATTN_HELP                                                                      \
+  "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"         \
+  "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n" \
+  "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
+
 /* Prints "tessera CMD: <status message>" and frees the status; returns 1. */
 int cli_fail(const char *cmd, tsr_status_t s);
 

@@ -113,3 +113,28 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   }
   return 1;
 }
+
+int cli_session_option(const char *cmd, int argc, char **argv, int *i,
+                       tsr_session_options_t *opts) {
+  const char *a = argv[*i], *v;
+  if (!strcmp(a, "--precision")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(v, "fp32")) opts->precision = TSR_PRECISION_FP32;
+    else if (!strcmp(v, "int8")) opts->precision = TSR_PRECISION_INT8;
+    else {
+      fprintf(stderr, "tessera %s: --precision: '%s' is not fp32 or int8\n", cmd, v);
+      return -1;
+    }
+  } else if (!strcmp(a, "--attn")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    tsr_status_t s = tsr_attn_pattern_parse(v, &opts->attn);
+    if (s) {
+      fprintf(stderr, "tessera %s: --attn: %s\n", cmd, tsr_status_message(s));
+      tsr_status_free(s);
+      return -1;
+    }
+  } else {
+    return 0;
+  }
+  return 1;
+}

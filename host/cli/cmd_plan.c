@@ -19,9 +19,7 @@ static void usage(FILE *f) {
           "  -m, --model FILE       GGUF or llama2.c checkpoint\n"
           "  -z, --tokenizer FILE   llama2.c tokenizer (llama2.c checkpoints)\n"
           "      --precision P      int8 (default) | fp32\n"
-          "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"
-          "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n"
-          "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
+          CLI_ATTN_HELP
           "      --graph            also print the whole graph, light ops included\n"
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
@@ -34,18 +32,15 @@ int tsr_cmd_plan(int argc, char **argv) {
   const char *model_path = NULL, *tok_path = NULL;
   bool graph = false;
   int64_t threads = 0;
-  tsr_precision_t precision = TSR_PRECISION_INT8;
   tsr_context_options_t copts;
   tsr_context_options_init(&copts);
-  tsr_attn_pattern_t attn;
-  {
-    tsr_session_options_t d;
-    tsr_session_options_init(&d);
-    attn = d.attn;
-  }
+  tsr_session_options_t sopts;
+  tsr_session_options_init(&sopts);
+  sopts.precision = TSR_PRECISION_INT8;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int used = cli_device_option(cmd, argc, argv, &i, &copts);
+    if (!used) used = cli_session_option(cmd, argc, argv, &i, &sopts);
     if (used < 0) return 2;
     if (used) continue;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -57,22 +52,6 @@ int tsr_cmd_plan(int argc, char **argv) {
     } else if (!strcmp(a, "-z") || !strcmp(a, "--tokenizer")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       tok_path = v;
-    } else if (!strcmp(a, "--attn")) {
-      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-      tsr_status_t ps = tsr_attn_pattern_parse(v, &attn);
-      if (ps) {
-        fprintf(stderr, "tessera %s: --attn: %s\n", cmd, tsr_status_message(ps));
-        tsr_status_free(ps);
-        return 2;
-      }
-    } else if (!strcmp(a, "--precision")) {
-      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-      if (!strcmp(v, "int8")) precision = TSR_PRECISION_INT8;
-      else if (!strcmp(v, "fp32")) precision = TSR_PRECISION_FP32;
-      else {
-        fprintf(stderr, "tessera plan: --precision: '%s' is not fp32 or int8\n", v);
-        return 2;
-      }
     } else if (!strcmp(a, "--graph")) {
       graph = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -93,11 +72,7 @@ int tsr_cmd_plan(int argc, char **argv) {
   tsr_session_t *sess = NULL;
   tsr_status_t s = tsr_context_create(&copts, &ctx);
   if (!s) s = tsr_model_load(ctx, model_path, tok_path, &model);
-  tsr_session_options_t so;
-  tsr_session_options_init(&so);
-  so.precision = precision;
-  so.attn = attn;
-  if (!s) s = tsr_session_create(model, &so, &sess);
+  if (!s) s = tsr_session_create(model, &sopts, &sess);
   int rc = 0;
   if (s) {
     rc = cli_fail(cmd, s);

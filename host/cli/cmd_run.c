@@ -27,9 +27,7 @@ static void usage(FILE *f) {
           "      --topp P           nucleus sampling threshold in [0,1] (default 0.9)\n"
           "      --seed S           RNG seed (default: from the clock; printed)\n"
           "      --precision P      fp32 | int8 (W8A8 dynamic quantization) (default fp32)\n"
-          "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"
-          "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n"
-          "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
+          CLI_ATTN_HELP
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
           "      --stats            print per-op placement, bytes, cycles and times (stderr)\n"
@@ -61,18 +59,14 @@ int tsr_cmd_run(int argc, char **argv) {
   int64_t steps = 256, threads = 0;
   double temp = 1.0, topp = 0.9;
   uint64_t seed = 0;
-  tsr_precision_t precision = TSR_PRECISION_FP32;
   tsr_context_options_t copts;
   tsr_context_options_init(&copts);
-  tsr_attn_pattern_t attn;
-  {
-    tsr_session_options_t d;
-    tsr_session_options_init(&d);
-    attn = d.attn;
-  }
+  tsr_session_options_t sopts;
+  tsr_session_options_init(&sopts);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     int used = cli_device_option(cmd, argc, argv, &i, &copts);
+    if (!used) used = cli_session_option(cmd, argc, argv, &i, &sopts);
     if (used < 0) return 2;
     if (used) continue;
 #define VALUE() \
@@ -101,22 +95,6 @@ int tsr_cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
       VALUE();
       if (!cli_parse_u64(cmd, a, v, &seed)) return 2;
-    } else if (!strcmp(a, "--attn")) {
-      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
-      tsr_status_t ps = tsr_attn_pattern_parse(v, &attn);
-      if (ps) {
-        fprintf(stderr, "tessera %s: --attn: %s\n", cmd, tsr_status_message(ps));
-        tsr_status_free(ps);
-        return 2;
-      }
-    } else if (!strcmp(a, "--precision")) {
-      VALUE();
-      if (!strcmp(v, "fp32")) precision = TSR_PRECISION_FP32;
-      else if (!strcmp(v, "int8")) precision = TSR_PRECISION_INT8;
-      else {
-        fprintf(stderr, "tessera run: --precision: '%s' is not fp32 or int8\n", v);
-        return 2;
-      }
     } else if (!strcmp(a, "--stats")) {
       stats = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -146,10 +124,6 @@ int tsr_cmd_run(int argc, char **argv) {
   tsr_model_config_t cfg = {0};
   if (!s) {
     tsr_model_config(model, &cfg);
-    tsr_session_options_t sopts;
-    tsr_session_options_init(&sopts);
-    sopts.precision = precision;
-    sopts.attn = attn;
     s = tsr_session_create(model, &sopts, &sess);
   }
   if (!s) s = tsr_sampler_create(cfg.vocab_size, (float)temp, (float)topp, seed, &sampler);
@@ -216,7 +190,7 @@ int tsr_cmd_run(int argc, char **argv) {
           " generated in %.3f s (%.1f tok/s), %s, seed %" PRIu64 "\n",
           n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0, generated,
           decode_s, decode_s > 0 ? (double)generated / decode_s : 0.0,
-          precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
+          sopts.precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
   if (copts.devices && strstr(copts.devices, "sim"))
     fprintf(stderr, "tessera run: these rates are host wall time and include the RTL "
                     "simulation; device time is in cycles (--stats)\n");
