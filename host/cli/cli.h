@@ -8,6 +8,7 @@
 #define TSR_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tessera.h"
@@ -59,6 +60,16 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
   "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"         \
   "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n" \
   "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
+
+/* Monotonic wall clock in seconds. */
+double cli_now_s(void);
+/* splitmix64: the random data of gemm and attn (as in the gemm CLI
+ * contract). */
+uint64_t cli_splitmix64(uint64_t *s);
+/* FNV-1a 64 over the little-endian bytes of n int32 values, continuing
+ * from h (CLI_FNV1A_BASIS to start): the checksums gemm and attn print. */
+#define CLI_FNV1A_BASIS 0xcbf29ce484222325ull
+uint64_t cli_fnv1a_i32(uint64_t h, const int32_t *c, size_t n);
 
 /* Prints "tessera CMD: <status message>" and frees the status; returns 1. */
 int cli_fail(const char *cmd, tsr_status_t s);

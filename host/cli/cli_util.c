@@ -1,10 +1,11 @@
-/* cli_util.c - option parsing shared by the subcommands. */
+/* cli_util.c - option parsing and small helpers shared by the subcommands. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -137,4 +138,28 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
     return 0;
   }
   return 1;
+}
+
+double cli_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+uint64_t cli_splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t cli_fnv1a_i32(uint64_t h, const int32_t *c, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = (uint32_t)c[i];
+    for (int b = 0; b < 4; b++) {
+      h ^= (v >> (8 * b)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
 }

@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernel_model.h"
 
@@ -55,30 +54,6 @@ static void usage(FILE *f) {
           "  --seed S        splitmix64 seed (default 1)\n"
           "  --chunk R       query rows per call (default: multiple of the block >= 64)\n"
           "  -t, --threads N host threads (default 1)\n");
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t fnv1a_i32(uint64_t h, const int32_t *c, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t v = (uint32_t)c[i];
-    for (int b = 0; b < 4; b++) {
-      h ^= (v >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ull;
-    }
-  }
-  return h;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Dense causal fp32 attention: out (T, H*D). */
@@ -184,9 +159,9 @@ int tsr_cmd_attn(int argc, char **argv) {
     goto done;
   }
   uint64_t st = seed;
-  for (size_t i = 0; i < nq; i++) q[i] = (float)(int8_t)(splitmix64(&st) >> 56) / 128.0f;
-  for (size_t i = 0; i < nkv; i++) k[i] = (float)(int8_t)(splitmix64(&st) >> 56) / 128.0f;
-  for (size_t i = 0; i < nkv; i++) v[i] = (float)(int8_t)(splitmix64(&st) >> 56) / 128.0f;
+  for (size_t i = 0; i < nq; i++) q[i] = (float)(int8_t)(cli_splitmix64(&st) >> 56) / 128.0f;
+  for (size_t i = 0; i < nkv; i++) k[i] = (float)(int8_t)(cli_splitmix64(&st) >> 56) / 128.0f;
+  for (size_t i = 0; i < nkv; i++) v[i] = (float)(int8_t)(cli_splitmix64(&st) >> 56) / 128.0f;
 
   s = tsr_threadpool_create((int)threads, &pool);
   if (!s) s = tsr_attn_cache_init(&cache, &dims);
@@ -214,24 +189,24 @@ int tsr_cmd_attn(int argc, char **argv) {
     if (s) goto done;
   }
   tsr_attn_backend_t be = tsr_attn_hal_backend(&hal);
-  uint64_t h = 0xcbf29ce484222325ull, pairs = 0, dense = 0, kv_read = 0, model = 0;
+  uint64_t h = CLI_FNV1A_BASIS, pairs = 0, dense = 0, kv_read = 0, model = 0;
   uint64_t launches = 0;
-  double t0 = now_s();
+  double t0 = cli_now_s();
   tsr_isa_t isa = tsr_isa_detect();
   for (int32_t r0 = 0; r0 < T; r0 += (int32_t)chunk) {
     int32_t rows = T - r0 < chunk ? T - r0 : (int32_t)chunk;
     s = tsr_attn_forward(&w, &cache, q + (size_t)r0 * H * D, r0, rows,
                          out + (size_t)r0 * H * D, host ? NULL : &be, pool, isa);
     if (s) goto done;
-    h = fnv1a_i32(h, w.s, w.s_len);
-    h = fnv1a_i32(h, w.o, w.o_len);
+    h = cli_fnv1a_i32(h, w.s, w.s_len);
+    h = cli_fnv1a_i32(h, w.o, w.o_len);
     pairs += (uint64_t)w.n_pairs;
     dense += w.dense_pairs;
     kv_read += tsr_attn_kv_read(&w, 0) * 2;
     model += tsr_attn_model_cycles(&w, &timing);
     launches += w.n_pairs ? 2 : 0;
   }
-  double wall = now_s() - t0;
+  double wall = cli_now_s() - t0;
   dense_ref(q, k, v, T, H, G, D, ref);
   double max_err = 0, sum_err = 0;
   for (size_t i = 0; i < nq; i++) {

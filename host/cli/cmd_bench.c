@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "bench.h"
 #include "cli.h"
@@ -33,12 +32,6 @@ static void usage(FILE *f) {
           "  -t, --threads N  threads (default: all)\n"
           "  --json           print JSON instead of a table\n"
           "  -h, --help       this text\n");
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -90,16 +83,16 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
     for (int rep = 0; rep < reps && !s; rep++) {
       tsr_session_reset(sess);
       const float *logits = NULL;
-      double t0 = now_s();
+      double t0 = cli_now_s();
       s = tsr_session_eval(sess, toks, (size_t)n_prompt, &logits);
-      double t1 = now_s();
+      double t1 = cli_now_s();
       for (int i = 0; i < n_decode && !s; i++) {
         int32_t best = 0;
         for (int32_t v = 1; v < c.vocab_size; v++)
           if (logits[v] > logits[best]) best = v;
         s = tsr_session_eval(sess, &best, 1, &logits);
       }
-      double t2 = now_s();
+      double t2 = cli_now_s();
       pre[rep] = n_prompt / (t1 - t0);
       dec[rep] = n_decode / (t2 - t1);
     }

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "tsr_regmap.h"
 
@@ -41,31 +40,6 @@ static void usage(FILE *f) {
           "                  largest tile per descriptor (default: the device's MAX_DIM\n"
           "                  rounded to its array)\n"
           "  --timeout SEC   give up waiting after SEC seconds of wall time (default none)\n");
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t fnv1a_i32(const int32_t *c, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t v = (uint32_t)c[i];
-    for (int b = 0; b < 4; b++) {
-      h ^= (v >> (8 * b)) & 0xff;
-      h *= 0x100000001b3ull;
-    }
-  }
-  return h;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -151,10 +125,10 @@ static tsr_status_t run_on_device(tsr_hal_device_t *dev, const tsr_hal_caps_t *c
                            .ring = buf.addr + off_ring, .n_desc = (uint32_t)n_desc};
   uint64_t fence = 0;
   uint64_t timeout_ns = g->timeout_s > 0 ? (uint64_t)(g->timeout_s * 1e9) : UINT64_MAX;
-  double t0 = now_s();
+  double t0 = cli_now_s();
   s = dev->vt->submit(dev, &cmd, &fence);
   if (!s) s = dev->vt->wait(dev, fence, timeout_ns, res);
-  *wall = now_s() - t0;
+  *wall = cli_now_s() - t0;
   if (s) goto done;
   if (res->hw_status != TSR_HWERR_OK) {
     s = TSR_ERR(DEVICE, "the kernel refused descriptor %u: %s (STATUS %u, %u done)",
@@ -224,8 +198,8 @@ int tsr_cmd_gemm(int argc, char **argv) {
                                  M, N, K));
   }
   uint64_t st = g.seed;
-  for (size_t i = 0; i < M * K; i++) a[i] = (int8_t)(splitmix64(&st) >> 56);
-  for (size_t i = 0; i < N * K; i++) w[i] = (int8_t)(splitmix64(&st) >> 56);
+  for (size_t i = 0; i < M * K; i++) a[i] = (int8_t)(cli_splitmix64(&st) >> 56);
+  for (size_t i = 0; i < N * K; i++) w[i] = (int8_t)(cli_splitmix64(&st) >> 56);
 
   int rc = 0;
   tsr_hal_device_t *dev = NULL;
@@ -251,7 +225,7 @@ int tsr_cmd_gemm(int argc, char **argv) {
   double rd_per_cycle = res.cycles ? (double)res.bytes_rd / (double)res.cycles : 0;
   if (caps.flags & TSR_HAL_CAP_NO_COMPUTE)
     printf("WARNING: %s computes nothing; the checksum below is not a result\n", caps.name);
-  printf("checksum 0x%016" PRIx64 "\n", fnv1a_i32(c, M * N));
+  printf("checksum 0x%016" PRIx64 "\n", cli_fnv1a_i32(CLI_FNV1A_BASIS, c, M * N));
   printf("device      %s\n", caps.name);
   printf("shape       M=%zu N=%zu K=%zu, %u descriptor(s) in one launch\n", M, N, K, n_desc);
   printf("cycles      %" PRIu64 " (%s), %" PRIu64 " stalled on memory\n", res.cycles,
@@ -293,7 +267,7 @@ int tsr_cmd_gemm(int argc, char **argv) {
       rc = 1;
     } else {
       printf("check       OK: identical to the portable CPU reference (checksum 0x%016" PRIx64
-             ")\n", fnv1a_i32(ref, M * N));
+             ")\n", cli_fnv1a_i32(CLI_FNV1A_BASIS, ref, M * N));
     }
     free(ref);
   }

@@ -46,12 +46,6 @@ static void print_piece(const char *piece) {
   fputs(piece, stdout);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int tsr_cmd_run(int argc, char **argv) {
   const char *cmd = "run";
   const char *model_path = NULL, *tok_path = NULL, *prompt = "";
@@ -146,7 +140,7 @@ int tsr_cmd_run(int argc, char **argv) {
 
   /* Prefill: all prompt tokens in one batch; print them as they decode. */
   const float *logits = NULL;
-  double t0 = now_s(), t_first = 0;
+  double t0 = cli_now_s(), t_first = 0;
   s = tsr_session_eval(sess, tokens, n_prompt, &logits);
   if (s) {
     rc = cli_fail(cmd, s);
@@ -155,7 +149,7 @@ int tsr_cmd_run(int argc, char **argv) {
   for (size_t i = 1; i < n_prompt; i++)
     print_piece(tsr_model_token_piece(model, tokens[i - 1], tokens[i]));
   fflush(stdout);
-  t_first = now_s();
+  t_first = cli_now_s();
   int32_t token = tokens[n_prompt - 1];
   int64_t pos = (int64_t)n_prompt - 1, generated = 0;
   float *scratch = malloc(sizeof(float) * (size_t)cfg.vocab_size);
@@ -183,7 +177,7 @@ int tsr_cmd_run(int argc, char **argv) {
   }
   free(scratch);
   printf("\n");
-  double t1 = now_s();
+  double t1 = cli_now_s();
   double prefill_s = t_first - t0, decode_s = t1 - t_first;
   fprintf(stderr,
           "tessera run: %zu prompt tokens in %.3f s (%.1f tok/s), %" PRId64
