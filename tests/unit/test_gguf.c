@@ -207,12 +207,6 @@ static size_t after_string(const buf_t *b, const char *s) {
 
 /* ---- the reference files ---- */
 
-/* tsr_test_model_path() reuses one buffer; two paths in one call need copies. */
-static const char *model_path(const char *file, char buf[512]) {
-  snprintf(buf, 512, "%s", tsr_test_model_path(file));
-  return buf;
-}
-
 static void test_reference_gguf(void) {
   tsr_model_file_t *mf = NULL;
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"), NULL, &mf));
@@ -264,9 +258,8 @@ static void assert_same_view(const tsr_tensor_view_t *a, const tsr_tensor_view_t
 static void test_gguf_equals_bin(void) {
   tsr_model_file_t *g = NULL, *b = NULL;
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"), NULL, &g));
-  char p1[512], p2[512];
-  TSR_ASSERT_OK(tsr_model_file_open(model_path("stories260K.bin", p1),
-                                    model_path("tok512.bin", p2), &b));
+  TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.bin"),
+                                    tsr_test_model_path("tok512.bin"), &b));
   CU_ASSERT_PTR_NOT_NULL_FATAL(g);
   CU_ASSERT_PTR_NOT_NULL_FATAL(b);
   assert_same_view(&g->tok_embd, &b->tok_embd);
@@ -334,9 +327,8 @@ static void test_gguf_vocab_equals_tok512(void) {
 /* An external llama2.c tokenizer replaces the embedded vocabulary. */
 static void test_gguf_external_tokenizer(void) {
   tsr_model_file_t *g = NULL;
-  char p1[512], p2[512];
-  TSR_ASSERT_OK(tsr_model_file_open(model_path("stories260K.gguf", p1),
-                                    model_path("tok512.bin", p2), &g));
+  TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"),
+                                    tsr_test_model_path("tok512.bin"), &g));
   CU_ASSERT_PTR_NOT_NULL_FATAL(g);
   CU_ASSERT_EQUAL(g->vocab.n, 512);
   CU_ASSERT_EQUAL(g->vocab.max_piece_len, 7);

@@ -7,17 +7,10 @@
 #include "model_file.h"
 #include "tsr_test.h"
 
-/* tsr_test_model_path() reuses one buffer; two paths in one call need copies. */
-static const char *model_path(const char *file, char buf[512]) {
-  snprintf(buf, 512, "%s", tsr_test_model_path(file));
-  return buf;
-}
-
 static void test_reference_bin(void) {
-  char p1[512], p2[512];
   tsr_model_file_t *mf = NULL;
-  TSR_ASSERT_OK(tsr_model_file_open(model_path("stories260K.bin", p1),
-                                    model_path("tok512.bin", p2), &mf));
+  TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.bin"),
+                                    tsr_test_model_path("tok512.bin"), &mf));
   CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
   const tsr_model_config_t *c = &mf->config;
   CU_ASSERT_EQUAL(c->dim, 64);
@@ -73,9 +66,8 @@ static void test_bin_needs_tokenizer(void) {
                  TSR_STATUS_INVALID_ARGUMENT, "tokenizer");
   CU_ASSERT_PTR_NULL(mf);
   /* A tokenizer for another vocabulary size. */
-  char p1[512], p2[512];
-  TSR_ASSERT_ERR(tsr_model_file_open(model_path("stories260K.bin", p1),
-                                     model_path("stories260K.gguf", p2), &mf),
+  TSR_ASSERT_ERR(tsr_model_file_open(tsr_test_model_path("stories260K.bin"),
+                                     tsr_test_model_path("stories260K.gguf"), &mf),
                  TSR_STATUS_FORMAT, "stories260K.gguf: max_token_length");
   CU_ASSERT_PTR_NULL(mf);
 }
