@@ -93,8 +93,9 @@ waves: $(RTL_LIB) $(RTL_TEST)
 	@echo "waveform: $(BUILD)/waves/$(TEST).fst (open with gtkwave)"
 
 coverage: $(RTL_COV_LIB) $(RTL_TEST)
-	rm -f $(RTL_COV_DIR)/coverage.dat
-	$(RTL_TEST) --lib $(RTL_COV_LIB) --coverage $(RTL_COV_DIR)/coverage.dat --quick
+	rm -f $(RTL_COV_DIR)/coverage.dat $(RTL_COV_DIR)/part.dat.*
+	$(RTL_TEST) --lib $(RTL_COV_LIB) --coverage $(RTL_COV_DIR)/part.dat
+	verilator_coverage --write $(RTL_COV_DIR)/coverage.dat $(RTL_COV_DIR)/part.dat.*
 	python3 sim/cov_summary.py $(RTL_COV_DIR)/coverage.dat
 	verilator_coverage --annotate $(RTL_COV_DIR)/annotated $(RTL_COV_DIR)/coverage.dat | grep -i total
 

@@ -93,7 +93,14 @@ static int dev_open(dev_t_ *d, uint64_t mem_size) {
   d->cfg.wave_start = g_wave_start;
   d->cfg.wave_end = g_wave_end;
   d->cfg.wave_depth = g_wave_depth;
-  d->cfg.coverage_path = g_cov;
+  /* one coverage file per instance (each context counts on its own); make
+   * coverage merges them */
+  static int n_cov;
+  static char cov_path[1024];
+  if (g_cov) {
+    snprintf(cov_path, sizeof cov_path, "%s.%d", g_cov, n_cov++);
+    d->cfg.coverage_path = cov_path;
+  }
   char err[256] = "";
   int rc = api.create(&d->cfg, &d->sim, err, sizeof err);
   CHECK(rc == 0 && d->sim, "create: %d %s", rc, err);
