@@ -232,7 +232,8 @@ static void test_odd_shapes_bit_exact(void) {
     run_tokens(r.sess, dev, vocab);
     tsr_session_stats_t st;
     tsr_session_get_stats(r.sess, &st);
-    /* prefill: 3 tiles per group x 6 groups per layer... every launch carries a group */
+    /* the prefill sends 3 row tiles per group; the classifier carries two
+     * descriptors per launch, so there are more tiles than launches */
     CU_ASSERT_TRUE(st.device_calls > 0);
     CU_ASSERT_EQUAL(st.fallbacks, 0);
     CU_ASSERT_TRUE(st.device_tiles > st.device_calls);
