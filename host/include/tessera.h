@@ -110,7 +110,8 @@ typedef struct tsr_context_options {
   uint32_t device_timeout_ms;
   tsr_offload_t offload;
   /* Per-op placement overrides, "op=where,..." with op one of attn_q,
-   * attn_k, attn_v, attn_out, ffn_gate, ffn_up, ffn_down, output, or the
+   * attn_k, attn_v, attn_out, ffn_gate, ffn_up, ffn_down, output, attention
+   * (the int8 attention of sessions with an attention pattern), or the
    * groups attn, ffn, all; where = cpu, a device name or devN (index in the
    * device list). NULL = none. Borrowed. */
   const char *placement;
