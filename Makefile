@@ -42,7 +42,9 @@ SHARED_LIB := $(BUILD)/lib/libtessera.so.$(VERSION)
 CLI        := $(BUILD)/bin/tessera
 
 .PHONY: all run test bench install clean deps
-# Keep objects of chained rules (test objects) between runs.
+# Keep the intermediate files of chained rules (test objects, generated
+# sources) between runs. A .SECONDARY with prerequisites anywhere in the
+# fragments would turn this off: do not add one.
 .SECONDARY:
 all: $(STATIC_LIB) $(SHARED_LIB) $(CLI)
 

@@ -28,8 +28,7 @@ $(BUILD)/gen/kernels/%_cl.o: $(BUILD)/gen/kernels/%_cl.c
 
 $(STATIC_LIB) $(SHARED_LIB): $(KERNEL_GEN_OBJS)
 
-# Keep the generated sources (they are otherwise intermediate and deleted).
-.SECONDARY: $(KERNEL_GEN_SRCS)
+# (The top-level Makefile's .SECONDARY keeps the generated sources.)
 
 # OpenCL-on-this-machine throughput against the CPU int8 kernel.
 #   make bench-opencl [BENCH_OPENCL_ARGS="512 512 512 7"]
