@@ -12,7 +12,7 @@ set -eu
 PKGS="build-essential pkg-config python3 libopenblas-dev libcunit1-dev \
 verilator iverilog yosys \
 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo \
-libusb-1.0-0-dev umockdev libumockdev-dev \
+libusb-1.0-0-dev umockdev libumockdev-dev zlib1g-dev \
 libxrt-dev"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

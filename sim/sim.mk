@@ -49,6 +49,7 @@ $(RTL_DIR)/Vtsr_kernel__ALL.a: $(RTL_DEPS) sim/sim.mk
 	$(VERILATOR) $(VL_FLAGS) $(RTL_GEOM) --trace-fst --Mdir $(RTL_DIR) $(RTL_SV) > $(RTL_DIR)/build.log 2>&1 \
 	  || { tail -n 40 $(RTL_DIR)/build.log; exit 1; }
 	$(MAKE) -s -C $(RTL_DIR) -f Vtsr_kernel.mk verilated.o verilated_threads.o verilated_fst_c.o >> $(RTL_DIR)/build.log 2>&1
+	@touch $@ # verilator leaves an up-to-date archive alone; make needs it newer
 
 $(RTL_DIR)/tsr_sim.o: sim/tsr_sim.cpp sim/tsr_sim.h $(RTL_DIR)/Vtsr_kernel__ALL.a
 	$(CXX) $(SIM_CXXFLAGS) -I$(RTL_DIR) -DTSR_SIM_TRACE -DVM_TRACE=1 -DVM_TRACE_FST=1 \
@@ -65,6 +66,7 @@ $(RTL_COV_DIR)/Vtsr_kernel__ALL.a: $(RTL_DEPS) sim/sim.mk
 	$(VERILATOR) $(VL_FLAGS) $(RTL_GEOM) --coverage-line --coverage-toggle --Mdir $(RTL_COV_DIR) \
 	  $(RTL_SV) > $(RTL_COV_DIR)/build.log 2>&1 || { tail -n 40 $(RTL_COV_DIR)/build.log; exit 1; }
 	$(MAKE) -s -C $(RTL_COV_DIR) -f Vtsr_kernel.mk verilated.o verilated_threads.o verilated_cov.o >> $(RTL_COV_DIR)/build.log 2>&1
+	@touch $@
 
 $(RTL_COV_DIR)/tsr_sim.o: sim/tsr_sim.cpp sim/tsr_sim.h $(RTL_COV_DIR)/Vtsr_kernel__ALL.a
 	$(CXX) $(SIM_CXXFLAGS) -I$(RTL_COV_DIR) -DVM_TRACE=0 -DVM_COVERAGE=1 -c $< -o $@
