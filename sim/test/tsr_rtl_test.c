@@ -755,6 +755,19 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  /* A test name that matches nothing is a typo: say which names exist. */
+  for (int j = 0; j < n_only; j++) {
+    int known = 0;
+    for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++)
+      known |= !strcmp(only[j], tests[t].name);
+    if (!known) {
+      fprintf(stderr, "unknown test '%s'; the tests are:", only[j]);
+      for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++)
+        fprintf(stderr, " %s", tests[t].name);
+      fprintf(stderr, "\n");
+      return 2;
+    }
+  }
   if (!lib) {
     fprintf(stderr, "--lib PATH is required\n");
     return 2;
