@@ -29,6 +29,9 @@ static void usage(FILE *f) {
           "  --prompt N       prefill length in tokens (default 128)\n"
           "  --decode N       decode steps (default 64)\n"
           "  --dir DIR        where generated models are kept (default build/bench)\n"
+          "  --offload-device SPEC  also project the int8 offload path onto this device\n"
+          "                   (default fmodel: the kernel's cycle model, 16x16 at 300 MHz\n"
+          "                   behind PCIe; sim for RTL cycles, slower; none to skip)\n"
           "  -t, --threads N  threads (default: all)\n"
           "  --json           print JSON instead of a table\n"
           "  -h, --help       this text\n");
@@ -48,7 +51,74 @@ typedef struct {
   char preset[32];
   double params_m;
   double prefill_tps[2], decode_tps[2]; /* [fp32, int8] */
+  double off_prefill_tps, off_decode_tps; /* int8, offloaded, projected */
 } model_result_t;
+
+/* The int8 offload path on `device`: every matmul on the device (--offload
+ * all), one prefill and n_decode greedy steps. The figures are projections:
+ * host time of the ops that stay on the host (measured) plus the devices'
+ * board time (cycles at their clock, launches, copies over the link); the
+ * device's own cycle counts are deterministic, so one run suffices. */
+static tsr_status_t bench_offload(const char *device, int n_threads, const char *path,
+                                  int n_prompt, int n_decode, model_result_t *r) {
+  tsr_context_options_t co;
+  tsr_context_options_init(&co);
+  co.n_threads = n_threads;
+  co.devices = device;
+  co.offload = TSR_OFFLOAD_ALL;
+  co.fallback = false; /* a projection from a device that fell back means nothing */
+  tsr_context_t *ctx = NULL;
+  tsr_model_t *m = NULL;
+  tsr_session_t *sess = NULL;
+  tsr_status_t s = tsr_context_create(&co, &ctx);
+  if (!s) s = tsr_model_load(ctx, path, NULL, &m);
+  tsr_model_config_t c;
+  if (!s) {
+    tsr_model_config(m, &c);
+    if (n_prompt + n_decode > c.seq_len) {
+      n_prompt = c.seq_len / 2;
+      n_decode = c.seq_len - n_prompt;
+    }
+    tsr_session_options_t so;
+    tsr_session_options_init(&so);
+    so.precision = TSR_PRECISION_INT8;
+    s = tsr_session_create(m, &so, &sess);
+  }
+  int32_t *toks = s ? NULL : malloc(sizeof(int32_t) * (size_t)n_prompt);
+  if (!s && !toks) {
+    tsr_session_destroy(sess);
+    tsr_model_destroy(m);
+    tsr_context_destroy(ctx);
+    fprintf(stderr, "tessera bench: out of memory\n");
+    return NULL;
+  }
+  tsr_session_stats_t s0, s1, s2;
+  const float *logits = NULL;
+  if (!s) {
+    for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)((i * 7919 + 1) % c.vocab_size);
+    tsr_session_get_stats(sess, &s0);
+    s = tsr_session_eval(sess, toks, (size_t)n_prompt, &logits);
+  }
+  if (!s) tsr_session_get_stats(sess, &s1);
+  for (int i = 0; i < n_decode && !s; i++) {
+    int32_t best = 0;
+    for (int32_t v = 1; v < c.vocab_size; v++)
+      if (logits[v] > logits[best]) best = v;
+    s = tsr_session_eval(sess, &best, 1, &logits);
+  }
+  if (!s) {
+    tsr_session_get_stats(sess, &s2);
+    double pre = (s1.cpu_s - s0.cpu_s) + (s1.board_projected_s - s0.board_projected_s);
+    double dec = (s2.cpu_s - s1.cpu_s) + (s2.board_projected_s - s1.board_projected_s);
+    r->off_prefill_tps = pre > 0 ? n_prompt / pre : 0;
+    r->off_decode_tps = dec > 0 ? n_decode / dec : 0;
+  }
+  free(toks);
+  tsr_session_destroy(sess);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+  return s;
+}
 
 /* Prefill `n_prompt` tokens, then decode `n_decode` greedy steps; medians. */
 static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, int n_prompt,
@@ -109,7 +179,7 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
 
 int tsr_cmd_bench(int argc, char **argv) {
   const char *cmd = "bench";
-  const char *models = "stories15M,stories110M", *dir = "build/bench";
+  const char *models = "stories15M,stories110M", *dir = "build/bench", *off_dev = "fmodel";
   bool json = false, kernels = true, run_models = true;
   int64_t reps = 5, n_prompt = 128, n_decode = 64, threads = 0;
   for (int i = 1; i < argc; i++) {
@@ -126,6 +196,9 @@ int tsr_cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--models")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       models = v;
+    } else if (!strcmp(a, "--offload-device")) {
+      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+      off_dev = v;
     } else if (!strcmp(a, "--dir")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       dir = v;
@@ -197,6 +270,8 @@ int tsr_cmd_bench(int argc, char **argv) {
       snprintf(r->preset, sizeof r->preset, "%s", tok);
       if (!json) fprintf(stderr, "tessera bench: running %s\n", tok);
       s = bench_model(ctx, path, (int)reps, (int)n_prompt, (int)n_decode, r);
+      if (!s && strcmp(off_dev, "none") != 0)
+        s = bench_offload(off_dev, (int)threads, path, (int)n_prompt, (int)n_decode, r);
       if (!s) n_res++;
     }
     free(list);
@@ -215,9 +290,12 @@ int tsr_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_res; i++)
       printf("%s\n    {\"preset\": \"%s\", \"params_millions\": %.1f, "
              "\"fp32\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}, "
-             "\"int8\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}}",
+             "\"int8\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}, "
+             "\"int8_offload_projected\": {\"device\": \"%s\", \"prefill_tok_s\": %.2f, "
+             "\"decode_tok_s\": %.2f}}",
              i ? "," : "", res[i].preset, res[i].params_m, res[i].prefill_tps[0],
-             res[i].decode_tps[0], res[i].prefill_tps[1], res[i].decode_tps[1]);
+             res[i].decode_tps[0], res[i].prefill_tps[1], res[i].decode_tps[1], off_dev,
+             res[i].off_prefill_tps, res[i].off_decode_tps);
     printf("%s]\n}\n", n_res ? "\n  " : "");
     return 0;
   }
@@ -232,6 +310,16 @@ int tsr_cmd_bench(int argc, char **argv) {
              res[i].preset, res[i].params_m, res[i].prefill_tps[0], res[i].decode_tps[0],
              res[i].prefill_tps[1], res[i].decode_tps[1],
              res[i].decode_tps[1] / res[i].decode_tps[0]);
+    if (strcmp(off_dev, "none") != 0) {
+      printf("\nint8 offload path on %s, projected: host ops measured here + the board's\n"
+             "time (device cycles at its clock, launch latency, copies over its link)\n",
+             off_dev);
+      printf("%-14s %16s %16s  %20s\n", "model", "offload prefill", "offload decode",
+             "decode vs CPU int8");
+      for (int i = 0; i < n_res; i++)
+        printf("%-14s %12.1f t/s %12.1f t/s  %19.2fx\n", res[i].preset, res[i].off_prefill_tps,
+               res[i].off_decode_tps, res[i].off_decode_tps / res[i].decode_tps[1]);
+    }
   }
   return 0;
 }

@@ -283,6 +283,11 @@ typedef struct tsr_session_stats {
   uint64_t device_tiles;      /* descriptors executed by devices          */
   uint64_t device_cycles;     /* busy cycles reported by the devices      */
   double device_projected_s;  /* those cycles at each device's clock      */
+  double board_projected_s;   /* what the devices would take on their
+                                 boards: cycles at the clock, plus each
+                                 launch's latency, plus every host<->device
+                                 copy at the link's latency and bandwidth,
+                                 plus the host's work around the tiles    */
   uint64_t bytes_to_device;   /* activations + descriptors (not weights)  */
   uint64_t bytes_from_device; /* results                                  */
   uint64_t weight_bytes;      /* weights uploaded at session creation     */

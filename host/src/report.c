@@ -90,6 +90,18 @@ void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
   print_graph_plan(o, &o->prefill, f);
 }
 
+/* The time device d's work would take on its board (see
+ * tsr_session_stats_t.board_projected_s); parts returned separately. */
+static double board_time(const tsr_exec_dev_t *d, double *cycles_s, double *launch_s,
+                         double *link_s) {
+  const tsr_hal_caps_t *c = &d->cd->caps;
+  *cycles_s = d->timing.clock_hz > 0 ? (double)d->cycles / d->timing.clock_hz : 0;
+  *launch_s = (double)d->launches * c->launch_latency_s;
+  *link_s = (double)d->xfers * c->link_latency_s +
+            (c->link_bytes_per_s > 0 ? (double)d->xfer_bytes / c->link_bytes_per_s : 0);
+  return *cycles_s + *launch_s + *link_s + d->host_overhead_s;
+}
+
 void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
   memset(out, 0, sizeof(*out));
   for (int r = 0; r < TSR_MM_COUNT; r++) {
@@ -106,6 +118,10 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
     out->device_tiles += d->tiles;
     out->device_cycles += d->cycles;
     if (d->timing.clock_hz > 0) out->device_projected_s += (double)d->cycles / d->timing.clock_hz;
+    if (d->cd->hal) {
+      double cyc, launch, link;
+      out->board_projected_s += board_time(d, &cyc, &launch, &link);
+    }
     out->retries += d->retries;
   }
   out->weight_bytes = o->weight_bytes;
@@ -171,14 +187,13 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             d->timing.clock_hz / 1e6, d->retries, d->resets, d->fallbacks,
             d->usable ? "" : " (lost: its work moved to the CPU)");
     const tsr_hal_caps_t *c = &d->cd->caps;
-    const double link_s = (double)d->xfers * c->link_latency_s +
-                          (c->link_bytes_per_s > 0 ? (double)d->xfer_bytes / c->link_bytes_per_s : 0);
+    double cyc_s, launch_s, link_s;
+    (void)board_time(d, &cyc_s, &launch_s, &link_s);
     fprintf(f, "  projected on the board: device %.3f ms (cycles) + launches %.3f ms (%" PRIu64
                " x %.0f us) + transfers %.3f ms (%" PRIu64 " copies, %" PRIu64
                " bytes, at %.1f GB/s + %.0f us each)\n",
-            proj * 1e3, (double)d->launches * c->launch_latency_s * 1e3, d->launches,
-            c->launch_latency_s * 1e6, link_s * 1e3, d->xfers, d->xfer_bytes,
-            c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
+            cyc_s * 1e3, launch_s * 1e3, d->launches, c->launch_latency_s * 1e6, link_s * 1e3,
+            d->xfers, d->xfer_bytes, c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
     const double per = d->tiles ? 1e6 / (double)d->tiles : 0.0;
     fprintf(f, "  host wall time waiting for it: %.3f ms%s\n", d->wait_wall_s * 1e3,
             strncmp(d->cd->spec, "sim", 3) ? "" : " (simulation time, not hardware time)");
