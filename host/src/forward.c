@@ -1,12 +1,14 @@
 /*
- * forward.c - the CPU reference forward pass of a llama model and the
- * session that holds its KV cache.
+ * forward.c - the forward pass of a llama model and the session that holds
+ * its KV cache.
  *
  * One call evaluates T tokens at consecutive positions: T > 1 is a batched
  * prefill (matmuls as GEMM over the T rows), T == 1 a decode step (GEMV).
- * Matmuls run in fp32 through OpenBLAS or in int8 (W8A8: per-row activation
- * quantization, the int8 kernel, the shared dequantization routine). Norms,
- * RoPE, softmax and SwiGLU follow llama2.c's arithmetic.
+ * The pass interprets the session's planned graph (graph.h): light ops run
+ * here and follow llama2.c's arithmetic (norms, RoPE, softmax, SwiGLU);
+ * matmul groups and the int8 attention go through the executor (exec.c),
+ * which runs them on the host (fp32 through OpenBLAS, or int8 W8A8 with the
+ * shared dequantization routine) or streams them to a device.
  */
 #include <cblas.h>
 #include <math.h>
