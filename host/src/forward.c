@@ -10,7 +10,6 @@
  * which runs them on the host (fp32 through OpenBLAS, or int8 W8A8 with the
  * shared dequantization routine) or streams them to a device.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
