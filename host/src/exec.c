@@ -20,6 +20,12 @@ static inline void note_xfer(tsr_exec_dev_t *d, uint64_t bytes) {
   d->xfer_bytes += bytes;
 }
 
+/* Widens the window [*lo, *hi) to cover buffer b. */
+static inline void window_cover(uint64_t *lo, uint64_t *hi, const tsr_hal_buffer_t *b) {
+  if (b->addr < *lo) *lo = b->addr;
+  if (b->addr + b->size > *hi) *hi = b->addr + b->size;
+}
+
 static size_t weight_index(const tsr_exec_t *o, const tsr_node_t *n) {
   int32_t layer = n->layer < 0 ? o->model->cfg.n_layers : n->layer;
   return (size_t)layer * TSR_MM_COUNT + n->role;
@@ -369,19 +375,14 @@ static tsr_status_t tile_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_grou
   free(heap);
   if (st) return st;
   uint64_t lo = d->a[s].addr, hi = d->a[s].addr;
-  /* the window covers every buffer of this session on the device */
+  /* the window covers every staging buffer and the group's weights */
   for (int t = 0; t < 2; t++) {
-    const tsr_hal_buffer_t *bs[3] = {&d->a[t], &d->c[t], &d->ring[t]};
-    for (int b = 0; b < 3; b++) {
-      if (bs[b]->addr < lo) lo = bs[b]->addr;
-      if (bs[b]->addr + bs[b]->size > hi) hi = bs[b]->addr + bs[b]->size;
-    }
+    window_cover(&lo, &hi, &d->a[t]);
+    window_cover(&lo, &hi, &d->c[t]);
+    window_cover(&lo, &hi, &d->ring[t]);
   }
-  for (int j = 0; j < gr->count; j++) {
-    const tsr_hal_buffer_t *w = &o->weights[weight_index(o, gr->m[j])];
-    if (w->addr < lo) lo = w->addr;
-    if (w->addr + w->size > hi) hi = w->addr + w->size;
-  }
+  for (int j = 0; j < gr->count; j++)
+    window_cover(&lo, &hi, &o->weights[weight_index(o, gr->m[j])]);
   tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring[s].addr,
                            .n_desc = nd};
   *n_desc = nd;
@@ -677,11 +678,9 @@ static tsr_status_t attn_launch(void *arg) {
   note_xfer(d, ring_bytes);
   o->attn_stats.bytes_up += a_bytes + ring_bytes;
   uint64_t lo = kv->addr, hi = kv->addr + kv->size;
-  const tsr_hal_buffer_t *bs[3] = {&d->a[s], &d->c[s], &d->ring[s]};
-  for (int b = 0; b < 3; b++) {
-    if (bs[b]->addr < lo) lo = bs[b]->addr;
-    if (bs[b]->addr + bs[b]->size > hi) hi = bs[b]->addr + bs[b]->size;
-  }
+  window_cover(&lo, &hi, &d->a[s]);
+  window_cover(&lo, &hi, &d->c[s]);
+  window_cover(&lo, &hi, &d->ring[s]);
   tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring[s].addr,
                            .n_desc = (uint32_t)w->n_pairs};
   uint64_t fence = 0;
