@@ -25,10 +25,10 @@ endif
 
 TSR_CFLAGS := -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
               -fPIC -pthread -D_GNU_SOURCE -fvisibility=hidden \
-              -Ihost/include -Ihost/src -Idriver $(CFLAGS)
+              -I. -Ihost/include $(CFLAGS)
 TSR_LIBS   := -lopenblas -lm -ldl -lpthread
 
-LIB_SRCS := $(sort $(wildcard host/src/*.c driver/*.c driver/*/*.c))
+LIB_SRCS := $(sort $(wildcard base/*.c compute/*.c driver/*.c driver/*/*.c host/src/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_SRCS := $(sort $(wildcard host/cli/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)

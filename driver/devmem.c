@@ -1,11 +1,11 @@
 /* devmem.c - best-fit allocator over a flat device address range. */
-#include "devmem.h"
+#include "driver/devmem.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "status.h"
+#include "base/status.h"
 
 /* One segment of the range; segments tile [base, base+size) in order. */
 typedef struct seg {

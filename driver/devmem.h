@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal.h"
+#include "driver/hal.h"
 #include "tessera.h"
 
 typedef struct tsr_devmem tsr_devmem_t;

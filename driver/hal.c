@@ -7,9 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "hal_impl.h"
-#include "status.h"
-#include "tsr_regmap.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
+#include "driver/tsr_regmap.h"
 
 /* Preference order: real devices first, the cpu functional model last. */
 static const tsr_hal_vtable_t *const backends[] = {

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hal.h"
+#include "driver/hal.h"
 
 /* Backends compiled into the library (driver/<name>/<name>_backend.c). */
 extern const tsr_hal_vtable_t tsr_hal_sim_vtable;

@@ -1,10 +1,10 @@
 /* kernel_model.c - functional and timing model of the tessera kernel. */
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
 #include <stdbool.h>
 #include <string.h>
 
-#include "qgemm.h"
+#include "compute/qgemm.h"
 
 void tsr_km_timing_init(tsr_km_timing_t *t) {
   t->rows = 16;

@@ -50,9 +50,9 @@
 
 #include <stdint.h>
 
-#include "hal.h"
-#include "threadpool.h"
-#include "tsr_regmap.h"
+#include "driver/hal.h"
+#include "base/threadpool.h"
+#include "driver/tsr_regmap.h"
 
 /* What the timing model needs to know about a device. */
 typedef struct tsr_km_timing {

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "base/le.h"
+
 enum {
 #define TSR_REG(name, off, acc, desc) TSR_REG_##name = (off),
 #define TSR_ARG(name, off, bits, kind, desc) TSR_ARG_##name = (off),
@@ -43,20 +45,6 @@ typedef struct tsr_desc {
   uint64_t a_addr, w_addr, c_addr, rsvd;
 } tsr_desc_t;
 
-static inline void tsr_put_le32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
-  p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
-}
-static inline void tsr_put_le64(uint8_t *p, uint64_t v) {
-  tsr_put_le32(p, (uint32_t)v); tsr_put_le32(p + 4, (uint32_t)(v >> 32));
-}
-static inline uint32_t tsr_get_le32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-         (uint32_t)p[3] << 24;
-}
-static inline uint64_t tsr_get_le64(const uint8_t *p) {
-  return (uint64_t)tsr_get_le32(p) | (uint64_t)tsr_get_le32(p + 4) << 32;
-}
 
 static inline void tsr_desc_pack(uint8_t out[TSR_HW_DESC_BYTES], const tsr_desc_t *d) {
   tsr_put_le32(out + TSR_DESC_OPCODE, d->opcode);

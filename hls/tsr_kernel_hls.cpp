@@ -11,7 +11,7 @@
  */
 #include "tsr_kernel_hls.h"
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
 namespace {
 

@@ -27,7 +27,7 @@
 #include "tsr_kernel_hls.h"
 
 extern "C" {
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 }
 
 static const uint64_t PHYS = TSR_HLS_PHYS_BYTES;

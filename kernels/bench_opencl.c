@@ -15,12 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "hal.h"
-#include "hal_impl.h"
-#include "qgemm.h"
-#include "threadpool.h"
+#include "driver/hal.h"
+#include "driver/hal_impl.h"
+#include "compute/qgemm.h"
+#include "base/threadpool.h"
 
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

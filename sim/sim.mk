@@ -78,7 +78,7 @@ $(RTL_COV_LIB): $(RTL_COV_DIR)/tsr_sim.o $(RTL_COV_DIR)/Vtsr_kernel__ALL.a sim/t
 # ---- tests (C, through the tsr_sim.h ABI loaded with dlopen) ----
 $(RTL_TEST): sim/test/tsr_rtl_test.c sim/tsr_sim.h driver/tsr_regmap.h hw/regmap.def
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -Isim -Idriver -o $@ $< -ldl
+	$(CC) -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -I. -Isim -o $@ $< -ldl
 
 sim-test: $(RTL_LIB) $(RTL_TEST)
 	$(RTL_TEST) --lib $(RTL_LIB) $(SIM_TEST_ARGS)

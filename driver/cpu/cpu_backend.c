@@ -33,11 +33,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
-#include "devmem.h"
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/devmem.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 
 enum cmd_state { CMD_QUEUED, CMD_RUNNING, CMD_HUNG, CMD_DONE, CMD_ABORTED };
 

@@ -59,7 +59,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
 /* #defines for the kernel prelude, one per regmap.def row. */
 typedef struct cl_define {
@@ -85,9 +85,9 @@ static const cl_define_t regmap_defines[] = {
 #undef TSR_HWERR
 };
 
-#include "devmem.h"
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/devmem.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 
 #define OCL_NAME "opencl"
 

@@ -48,12 +48,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
 #include "../../sim/tsr_sim.h"
-#include "devmem.h"
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/devmem.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 
 #define SIM_NAME "sim"
 #define SIM_LIB_FILE "libtessera_rtl.so"

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "hal.h"
+#include "driver/hal.h"
 
 typedef struct tsr_usb_stats {
   uint64_t frames_out;     /* frames sent, retransmissions included          */

@@ -36,11 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "devmem.h"
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/devmem.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 #include "usb.h"
 #include "usb_link.h"
 #include "usb_proto.h"

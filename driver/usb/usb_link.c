@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 #include "usb_proto.h"
 
 #define LINK_MAX_WINDOW 64u

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
 /* Slicing-by-8 tables for the reflected IEEE polynomial 0xEDB88320: the
  * CRC is computed over every byte that crosses the bus, so its cost is the

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hal.h"
+#include "driver/hal.h"
 
 #define TSR_USB_MAGIC 0x55525354u /* "TSRU" as little-endian bytes */
 #define TSR_USB_VERSION 1u

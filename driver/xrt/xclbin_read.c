@@ -16,9 +16,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "status.h"
+#include "base/status.h"
 #include "tsr_xclbin.h"
 
 static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }

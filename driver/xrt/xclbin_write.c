@@ -16,8 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "status.h"
-#include "tsr_regmap.h"
+#include "base/status.h"
+#include "driver/tsr_regmap.h"
 #include "tsr_xclbin.h"
 
 /* ---- the TSR_ARG rows as a table --------------------------------------- */

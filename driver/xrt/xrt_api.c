@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "status.h"
+#include "base/status.h"
 #include "xrt_api.h"
 
 static pthread_mutex_t api_mu = PTHREAD_MUTEX_INITIALIZER;

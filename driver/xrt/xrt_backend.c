@@ -49,11 +49,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
-#include "devmem.h"
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/devmem.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 #include "tsr_xclbin.h"
 #include "xrt_api.h"
 #include "xrt_backend.h"

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hal.h"
+#include "driver/hal.h"
 
 /* Number of kernel arguments, and the register offsets XRT reported for
  * them at open (xrtKernelArgOffset, regmap.def order) in out[0..cap). `dev`

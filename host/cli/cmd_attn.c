@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
-#include "attn.h"
+#include "host/src/attn.h"
 #include "cli.h"
 
 static const char *CMD = "attn";

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bench.h"
+#include "host/src/bench.h"
 #include "cli.h"
-#include "model_file.h"
+#include "host/src/model_file.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "hal.h"
+#include "driver/hal.h"
 
 static const char *CMD = "devices";
 

@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
 #include "cli.h"
-#include "hal.h"
-#include "qgemm.h"
-#include "status.h"
+#include "driver/hal.h"
+#include "compute/qgemm.h"
+#include "base/status.h"
 
 static const char *CMD = "gemm";
 

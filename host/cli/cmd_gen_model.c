@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "model_file.h"
+#include "host/src/model_file.h"
 
 static void usage(FILE *f) {
   fprintf(f,

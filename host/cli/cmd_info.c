@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "model_file.h"
+#include "host/src/model_file.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "xrt/tsr_xclbin.h"
+#include "driver/xrt/tsr_xclbin.h"
 
 static void usage(FILE *f) {
   fprintf(f,

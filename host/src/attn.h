@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "internal.h"
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
 
 #define TSR_ATTN_DEFAULT_BLOCK 16
 

@@ -14,8 +14,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "qgemm_kernels.h"
-#include "status.h"
+#include "compute/qgemm_kernels.h"
+#include "base/status.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

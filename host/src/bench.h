@@ -19,8 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "qgemm.h"
-#include "threadpool.h"
+#include "compute/qgemm.h"
+#include "base/threadpool.h"
 
 #define TSR_BENCH_MAX_SHAPES 8
 

@@ -32,7 +32,7 @@
 
 #include "gguf.h"
 #include "model_file.h"
-#include "status.h"
+#include "base/status.h"
 
 static const struct {
   const char *name;

@@ -13,7 +13,7 @@
 
 #include "gguf.h"
 #include "model_file.h"
-#include "status.h"
+#include "base/status.h"
 
 /* Byte size of a fixed-size value type; 0 for string, array, unknown. */
 static size_t gguf_type_size(uint32_t t) {

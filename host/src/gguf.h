@@ -3,13 +3,10 @@
  * model_file.c), the GGUF writer (gen_model.c) and their tests.
  *
  * Internal header. It holds:
- *   - a bounds-checked little-endian reader: every read names the field and
- *     its byte offset, so a malformed file gives a precise status instead of
- *     a read past the buffer;
  *   - GGUF constants (value types, key names);
  *   - a streaming GGUF writer (metadata built in memory, tensor data written
  *     in order), which does not validate: tests use it to write broken files;
- *   - fp16 conversions and the Q8_0 block layout.
+ *   - (fp16 conversions and the Q8_0 block layout are in compute/dtype.h).
  */
 #ifndef TSR_GGUF_H
 #define TSR_GGUF_H
@@ -20,68 +17,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/reader.h"
+#include "base/status.h"
+#include "compute/dtype.h"
 #include "model_file.h"
-#include "status.h"
-
-/* ---- limits shared by both formats ---- */
-
-/* Any single dimension above this is treated as corrupt, not as a model. */
-#define TSR_MODEL_MAX_DIM (1 << 20)
-/* Longest tensor name (tsr_tensor_info_t.name holds 95 chars + NUL). */
-#define TSR_MODEL_MAX_NAME 95
-
-/* ---- bounds-checked reader ---- */
-
-typedef struct tsr_reader {
-  const uint8_t *data;
-  size_t size;
-  size_t off;       /* next byte to read */
-  const char *what; /* buffer name for messages (borrowed) */
-} tsr_reader_t;
-
-static inline void tsr_reader_init(tsr_reader_t *r, const uint8_t *data, size_t size,
-                                   const char *what) {
-  r->data = data;
-  r->size = size;
-  r->off = 0;
-  r->what = what ? what : "buffer";
-}
-
-static inline size_t tsr_reader_left(const tsr_reader_t *r) { return r->size - r->off; }
-
-/* FORMAT "what: FIELD at offset 0x..: truncated: needs N bytes, M left (file
- * size S)" unless `n` bytes remain. */
-tsr_status_t tsr_reader_need(const tsr_reader_t *r, size_t n, const char *field);
-/* Each reads one little-endian value, naming `field` in the error. */
-tsr_status_t tsr_reader_u8(tsr_reader_t *r, const char *field, uint8_t *out);
-tsr_status_t tsr_reader_u32(tsr_reader_t *r, const char *field, uint32_t *out);
-tsr_status_t tsr_reader_i32(tsr_reader_t *r, const char *field, int32_t *out);
-tsr_status_t tsr_reader_u64(tsr_reader_t *r, const char *field, uint64_t *out);
-tsr_status_t tsr_reader_f32(tsr_reader_t *r, const char *field, float *out);
-/* Returns a pointer to the next `n` bytes (borrowed) and skips them. */
-tsr_status_t tsr_reader_bytes(tsr_reader_t *r, size_t n, const char *field,
-                              const uint8_t **out);
-
-/* ---- checks shared by the parsers ---- */
-
-/* Validates a config's dimensions (positive, bounded, divisible); fills
- * head_dim. `what` prefixes the message; fields are named as in the config. */
-tsr_status_t tsr_model_config_check(tsr_model_config_t *c, const char *what);
-/* Bytes of a tensor of `type` with `n` elements (Q8_0: n % 32 == 0). Returns
- * false on overflow or an unsupported type. */
-bool tsr_dtype_nbytes(tsr_dtype_t type, uint64_t n, uint64_t *out);
-/* Whether `t` (a raw GGML type id) is one the loaders support. */
-bool tsr_dtype_supported(uint32_t t);
-/* Frees what a parser allocated in `mf` (views, table, vocabulary) but not
- * the mapping nor `mf` itself; zeroes those fields. */
-void tsr_model_file_clear(tsr_model_file_t *mf);
-/* Replaces every "\xe2\x96\x81" (U+2581) of `s` (len bytes) with ' ' and
- * returns a new NUL-terminated string, or NULL when out of memory. */
-char *tsr_piece_from_spm(const uint8_t *s, size_t len);
 
 /* ---- GGUF ---- */
 
-#define TSR_GGUF_MAGIC "GGUF"
 #define TSR_GGUF_VERSION 3
 #define TSR_GGUF_DEFAULT_ALIGNMENT 32
 
@@ -159,61 +101,5 @@ tsr_status_t tsr_gguf_writer_begin(tsr_gguf_writer_t *w, FILE *f, const char *wh
  * alignment. */
 tsr_status_t tsr_gguf_writer_tensor_data(tsr_gguf_writer_t *w, FILE *f, const void *data,
                                          size_t n, bool last, const char *what);
-
-/* ---- fp16 and Q8_0 ---- */
-
-#define TSR_Q8_0_BLOCK 32
-#define TSR_Q8_0_BYTES 34 /* fp16 d + 32 int8 */
-
-/* IEEE binary16 <-> binary32, round to nearest even; NaN/Inf kept. */
-static inline float tsr_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else { /* subnormal: normalize */
-      int e = -1;
-      do {
-        e++;
-        man <<= 1;
-      } while (!(man & 0x400));
-      bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | man << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | man << 13;
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-static inline uint16_t tsr_f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  uint32_t exp = (x >> 23) & 0xff, man = x & 0x7fffff;
-  if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-  int32_t e = (int32_t)exp - 127 + 15;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00); /* overflow: inf */
-  if (e <= 0) {                                   /* subnormal or zero */
-    if (e < -10) return (uint16_t)sign;
-    man |= 0x800000;
-    uint32_t shift = (uint32_t)(14 - e);
-    uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = (uint32_t)e << 10 | man >> 13, rem = man & 0x1fff;
-  /* A carry out of the mantissa correctly bumps the exponent. */
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-  return (uint16_t)(sign | h);
-}
-
-/* Quantizes one block of 32 floats to Q8_0 (34 bytes at `out`): d =
- * max|x|/127 stored as fp16, q = round(x/d) with the fp32 d. */
-void tsr_q8_0_quantize_block(const float *x, uint8_t *out);
 
 #endif /* TSR_GGUF_H */

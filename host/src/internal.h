@@ -11,12 +11,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "hal.h"
+#include "driver/hal.h"
 #include "model_file.h"
-#include "qgemm.h"
-#include "status.h"
+#include "compute/qgemm.h"
+#include "base/status.h"
 #include "tessera.h"
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 /* One entry of the context's device list. */
 typedef struct tsr_ctx_device {

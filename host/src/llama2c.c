@@ -13,7 +13,7 @@
 
 #include "gguf.h"
 #include "model_file.h"
-#include "status.h"
+#include "base/status.h"
 
 #define HEADER_BYTES 28
 /* The versioned llama2.c export (export.py --version 1/2) starts with this

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "model_file.h"
-#include "status.h"
+#include "base/status.h"
 
 /* mmap() refuses length 0, yet an empty file is a valid input that parsers
  * should reject with a FORMAT status; it gets this non-NULL empty buffer. */

@@ -111,6 +111,33 @@ tsr_status_t tsr_llama2c_vocab_parse(const uint8_t *data, size_t size,
                                      int32_t vocab_size, const char *what,
                                      tsr_vocab_t *out);
 
+/* First bytes of a GGUF file (anything else is tried as llama2.c). */
+#define TSR_GGUF_MAGIC "GGUF"
+
+/* ---- limits shared by both formats ---- */
+
+/* Any single dimension above this is treated as corrupt, not as a model. */
+#define TSR_MODEL_MAX_DIM (1 << 20)
+/* Longest tensor name (tsr_tensor_info_t.name holds 95 chars + NUL). */
+#define TSR_MODEL_MAX_NAME 95
+
+/* ---- checks shared by the parsers ---- */
+
+/* Validates a config's dimensions (positive, bounded, divisible); fills
+ * head_dim. `what` prefixes the message; fields are named as in the config. */
+tsr_status_t tsr_model_config_check(tsr_model_config_t *c, const char *what);
+/* Bytes of a tensor of `type` with `n` elements (Q8_0: n % 32 == 0). Returns
+ * false on overflow or an unsupported type. */
+bool tsr_dtype_nbytes(tsr_dtype_t type, uint64_t n, uint64_t *out);
+/* Whether `t` (a raw GGML type id) is one the loaders support. */
+bool tsr_dtype_supported(uint32_t t);
+/* Frees what a parser allocated in `mf` (views, table, vocabulary) but not
+ * the mapping nor `mf` itself; zeroes those fields. */
+void tsr_model_file_clear(tsr_model_file_t *mf);
+/* Replaces every "\xe2\x96\x81" (U+2581) of `s` (len bytes) with ' ' and
+ * returns a new NUL-terminated string, or NULL when out of memory. */
+char *tsr_piece_from_spm(const uint8_t *s, size_t len);
+
 /* ---- synthetic models (tessera gen-model) ---- */
 
 typedef struct tsr_gen_params {

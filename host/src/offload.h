@@ -20,7 +20,8 @@
 #include "attn.h"
 #include "graph.h"
 #include "internal.h"
-#include "kernel_model.h"
+#include "driver/kernel_model.h"
+#include "base/clock.h"
 
 /* Per-role counters (a role's nodes in every layer together). */
 typedef struct tsr_role_stats {
@@ -148,8 +149,6 @@ void tsr_plan_totals(const tsr_exec_t *o, const tsr_graph_t *g, double *cpu_s,
 int32_t tsr_tile_rows(const tsr_hal_caps_t *caps, int32_t T);
 int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk);
 #define TSR_TILE_N_CHUNK 4096
-
-double tsr_now_s(void);
 
 /* The executor of a session (forward.c), for tests and reports. */
 tsr_exec_t *tsr_session_exec(const tsr_session_t *s);

@@ -33,12 +33,6 @@
 
 #include "offload.h"
 
-double tsr_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Wall time of the host int8 kernel on this shape, with these weights (so
  * the measurement sees the real cache footprint): the fastest of several
  * runs, since on a shared machine the slow runs measure other processes. */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "status.h"
+#include "base/status.h"
 
 #define TSR_TRACE_MAX_TRACKS 64
 

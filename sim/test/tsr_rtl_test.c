@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 #include "tsr_sim.h"
 
 /* ---- the library ---- */

@@ -17,7 +17,6 @@ $(USB_EMU_SO): $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB)
 	$(CC) -shared -Wl,--exclude-libs,ALL -o $@ $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB) \
 	    $(USB_EMU_LIBS) $(TSR_LIBS)
 
-$(BUILD)/obj/tests/unit/test_usb.o: TSR_CFLAGS += -Isim/usb_board
 
 $(BUILD)/tests/test_usb: $(BUILD)/obj/tests/unit/test_usb.o $(USB_BOARD_OBJ) $(TEST_COMMON_OBJS) $(STATIC_LIB)
 	@mkdir -p $(dir $@)

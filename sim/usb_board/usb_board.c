@@ -9,13 +9,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "hal.h"
-#include "kernel_model.h"
-#include "hal_impl.h"
-#include "status.h"
-#include "usb/usb_proto.h"
+#include "driver/hal.h"
+#include "driver/kernel_model.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
+#include "driver/usb/usb_proto.h"
 
 #define BOARD_REPLAY 1024u     /* answers kept for resent commands      */
 #define BOARD_TAGS 4096u       /* launch results kept for STATUS        */

@@ -32,9 +32,9 @@
 #include <string.h>
 #include <umockdev.h>
 
-#include "hal_impl.h"
-#include "status.h"
-#include "usb/usb_proto.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
+#include "driver/usb/usb_proto.h"
 #include "usb_board.h"
 
 #define EMU_DEVNODE "/dev/bus/usb/001/002"

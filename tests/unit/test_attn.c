@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "offload.h"
+#include "host/src/offload.h"
 #include "tsr_test.h"
 
 /* Odd sizes: 6 heads over 3 kv heads, head_dim 13, 77 tokens, blocks of 8

@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "model_file.h"
+#include "host/src/gguf.h"
+#include "host/src/model_file.h"
 #include "tsr_test.h"
 
 /* ---- the generator's recipe, restated (see gen_model.c) ---- */

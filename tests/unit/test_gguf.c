@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "model_file.h"
+#include "host/src/gguf.h"
+#include "host/src/model_file.h"
 #include "tsr_test.h"
 
 /* ---- a small GGUF built in memory ---- */

@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "devmem.h"
-#include "hal.h"
-#include "kernel_model.h"
+#include "driver/devmem.h"
+#include "driver/hal.h"
+#include "driver/kernel_model.h"
 #include "tsr_test.h"
 
 #define WAIT_FOREVER UINT64_MAX

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model_file.h"
+#include "host/src/model_file.h"
 #include "tsr_test.h"
 
 static void test_reference_bin(void) {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "offload.h"
+#include "host/src/offload.h"
 #include "tsr_test.h"
 
 static char small_model[512], odd_model[512], big_model[512];

@@ -20,10 +20,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "hal.h"
-#include "hal_impl.h"
+#include "driver/hal.h"
+#include "driver/hal_impl.h"
 #include "tsr_test.h"
 
 #define MEM_OPTS "mem=16M"

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qgemm.h"
-#include "qgemm_kernels.h"
+#include "compute/qgemm.h"
+#include "compute/qgemm_kernels.h"
 #include "tsr_test.h"
 
 static tsr_threadpool_t *g_pool2; /* 2 workers + caller share the work */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "threadpool.h"
+#include "base/threadpool.h"
 #include "tsr_test.h"
 
 typedef struct {

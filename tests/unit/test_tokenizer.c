@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "host/src/internal.h"
 #include "tsr_test.h"
 
 static tsr_context_t *ctx;

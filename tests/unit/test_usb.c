@@ -21,16 +21,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "hal.h"
-#include "hal_impl.h"
-#include "status.h"
+#include "driver/hal.h"
+#include "driver/hal_impl.h"
+#include "base/status.h"
 #include "tsr_test.h"
-#include "usb/usb.h"
-#include "usb/usb_link.h"
-#include "usb/usb_proto.h"
-#include "usb_board.h"
+#include "driver/usb/usb.h"
+#include "driver/usb/usb_link.h"
+#include "driver/usb/usb_proto.h"
+#include "sim/usb_board/usb_board.h"
 
 /* Seed of the randomized case: --seed S, or drawn from the clock. */
 static uint64_t run_seed;

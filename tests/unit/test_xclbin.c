@@ -9,11 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
 #include "tsr_test.h"
-#include "xrt/tsr_xclbin.h"
-#include "xrt/xrt_api.h"
+#include "driver/xrt/tsr_xclbin.h"
+#include "driver/xrt/xrt_api.h"
 
 #if defined(__has_include)
 #if __has_include(<xrt/xclbin.h>) && __has_include(<uuid/uuid.h>)

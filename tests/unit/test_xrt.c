@@ -14,13 +14,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tsr_regmap.h"
+#include "driver/tsr_regmap.h"
 
-#include "hal.h"
+#include "driver/hal.h"
 #include "tsr_test.h"
-#include "xrt/tsr_xclbin.h"
-#include "xrt/xrt_api.h"
-#include "xrt/xrt_backend.h"
+#include "driver/xrt/tsr_xclbin.h"
+#include "driver/xrt/xrt_api.h"
+#include "driver/xrt/xrt_backend.h"
 
 static int failures;
 #define CHECK(cond)                                                          \

@@ -1,5 +1,5 @@
 /* status.c - the one status type: code + heap-allocated message. */
-#include "status.h"
+#include "base/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * reproduces its outputs. */
 #include <math.h>
 
-#include "internal.h"
+#include "host/src/internal.h"
 
 void tsr_rmsnorm(float *out, const float *x, const float *w, int32_t n, float eps) {
   float ss = 0.0f;

@@ -11,7 +11,7 @@
  *     and each task packs a KC x NC block of W for the register-blocked
  *     micro-kernel; compute bound.
  */
-#include "qgemm.h"
+#include "compute/qgemm.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -19,8 +19,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "qgemm_kernels.h"
-#include "status.h"
+#include "compute/qgemm_kernels.h"
+#include "base/status.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

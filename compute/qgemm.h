@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 typedef enum tsr_isa {
   TSR_ISA_PORTABLE = 0,

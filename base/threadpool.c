@@ -14,7 +14,7 @@
  * on it with FUTEX_WAIT; a publisher issues FUTEX_WAKE only when somebody
  * sleeps, so back-to-back decode calls never enter the kernel.
  */
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -25,7 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "status.h"
+#include "base/status.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

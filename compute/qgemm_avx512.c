@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "qgemm_kernels.h"
+#include "compute/qgemm_kernels.h"
 
 #define TSR_INLINE static inline __attribute__((always_inline))
 

@@ -9,7 +9,7 @@
  */
 #include <immintrin.h>
 
-#include "qgemm_kernels.h"
+#include "compute/qgemm_kernels.h"
 
 #define TSR_INLINE static inline __attribute__((always_inline))
 

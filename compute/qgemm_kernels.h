@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "qgemm.h"
+#include "compute/qgemm.h"
 
 /* The ISA the hardware and OS support, ignoring TSR_ISA. */
 tsr_isa_t tsr_isa_hw(void);
