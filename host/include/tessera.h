@@ -312,6 +312,213 @@ TSR_API int32_t tsr_session_pos(const tsr_session_t *session);
 TSR_API void tsr_session_reset(tsr_session_t *session);
 
 /* ------------------------------------------------------------------------ */
+/* Offload: devices, buffers and int8 GEMM commands for any application     */
+/* ------------------------------------------------------------------------ */
+
+/* The co-processor without a model. An application opens a device through
+ * a context, keeps int8 and int32 matrices in its memory and queues GEMMs:
+ *
+ *   C (M x N, int32) = A (M x K, int8) . W (N x K, int8)^T
+ *   C[i*ldc + j] = sum_{l<K} A[i*lda + l] * W[j*ldw + l]
+ *
+ * (W holds one output column per row, as the runtime's weights do.) The
+ * integers are bit-identical on every device and on the host, so the
+ * context's policy applies as it does to models: a command that fails or
+ * outlives `device_timeout_ms` (the watchdog, counted from the moment it is
+ * the oldest unfinished command of its device) makes the device reset, and
+ * the command is retried `retries` times, then computed on the host; every
+ * fallback is counted in the device stats and reported on stderr unless the
+ * context is `quiet`. With `fallback` off the failure is the command's
+ * status instead. A device that reports itself gone (UNAVAILABLE) is not
+ * retried, nor is one that failed 3 commands in a row: with fallback on,
+ * its later commands run on the host.
+ *
+ * Host shadow: to compute a failed command on the host, the library keeps a
+ * host copy of every buffer (what tsr_buffer_write wrote, and the results
+ * of commands once they are read back or needed): a buffer costs its size
+ * in host memory as well as in device memory.
+ *
+ * Attention: the descriptor format has one compute opcode (GEMM_I8_I32 in
+ * hw/regmap.def), so attention tiles are ordinary GEMMs here: the scores
+ * S = Q . K^T with A = Q and W = K, and O = P . V with A = the int8
+ * probabilities and W = V transposed (one row per head channel). There is
+ * no separate attention command.
+ *
+ * Threads: a device, its buffers and its events may be used from several
+ * threads at once; calls on one device are serialized inside (the device's
+ * lock), and a wait lets other threads' calls in while it waits. Destroying
+ * an object must not race with other calls on that object.
+ *
+ * Ordering: commands of one device run in the order they were queued. A
+ * read of a buffer first finishes the queued commands that write it, a
+ * write first finishes those that use it, so copies never race with the
+ * device. Waiting on an event finishes the earlier commands too (their
+ * outcome stays in their events). */
+
+typedef struct tsr_device tsr_device_t;
+typedef struct tsr_buffer tsr_buffer_t;
+typedef struct tsr_event tsr_event_t;
+
+/* One backend compiled into this library, probed on this machine. */
+typedef struct tsr_device_info {
+  char name[16];         /* spec name: "fmodel", "sim", "opencl", "xrt", "usb" */
+  bool available;        /* it opens here and computes                  */
+  char description[64];  /* when available, e.g. "sim (Verilator RTL, 16x16)" */
+  char reason[320];      /* when not: why (the open error, or "computes
+                            nothing" for a host-flow-only shim)          */
+} tsr_device_info_t;
+
+/* Probes every backend (opens and closes it) in preference order, the
+ * functional model last, as `tessera devices` does. Fills up to `cap`
+ * entries of `infos` (borrowed; may be NULL when cap is 0) and sets
+ * *out_count to the number of backends. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_device_list(tsr_device_info_t *infos, size_t cap, size_t *out_count);
+
+/* Opens a device by spec: "fmodel", "sim", "sim:latency=80", "opencl",
+ * "fmodel:hang=2", ... (the names and options of the context's `devices`;
+ * "cpu" is the host, not a device). `ctx` must outlive the device; its
+ * fallback, retries, device_timeout_ms and quiet options apply to every
+ * command. If `ctx` was created with the same spec in its device list, the
+ * device is that entry's: one HAL device and one lock shared with the
+ * context's sessions (a board opens once, and its memory is one budget);
+ * otherwise a new instance is opened. Opening a spec already open through
+ * this API on `ctx` returns the same device with its reference count
+ * raised. UNAVAILABLE (with the reason) when the backend is absent here or
+ * computes nothing; fallback does not apply to opening. `spec` borrowed.
+ * On success the caller owns *out_dev (tsr_device_close). */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_device_open(tsr_context_t *ctx, const char *spec, tsr_device_t **out_dev);
+/* Drops one reference; the last one finishes every queued command, then
+ * releases the device. Its buffers and events must be destroyed first.
+ * NULL is accepted. */
+TSR_API void tsr_device_close(tsr_device_t *dev);
+/* The spec the device was opened with. Borrowed: valid while it is open. */
+TSR_API const char *tsr_device_name(const tsr_device_t *dev);
+
+typedef struct tsr_device_caps {
+  char name[64];          /* e.g. "fmodel (functional model, 16x16)"      */
+  uint32_t array_rows;    /* MAC array rows (M direction)                 */
+  uint32_t array_cols;    /* MAC array columns (N direction)              */
+  uint32_t max_dim;       /* largest M, N, K of one descriptor; a command
+                             splits M and N, K must not exceed it          */
+  uint64_t mem_size;      /* device memory in bytes                        */
+  double clock_hz;        /* the clock cycle counts refer to (stated)      */
+} tsr_device_caps_t;
+
+/* Copies the device's capabilities into *out. */
+TSR_API void tsr_device_get_caps(const tsr_device_t *dev, tsr_device_caps_t *out);
+
+/* What the device did through this API since it was opened (every handle
+ * of a shared device; model sessions count their own work). */
+typedef struct tsr_device_stats {
+  uint64_t commands;          /* GEMM commands queued                      */
+  uint64_t launches;          /* commands finished on the device           */
+  uint64_t descriptors;       /* descriptors those launches ran            */
+  uint64_t cycles;            /* device busy cycles of those launches      */
+  uint64_t fallbacks;         /* commands computed on the host instead     */
+  uint64_t retries;           /* launches retried after a reset            */
+  uint64_t resets;            /* device resets                             */
+  uint64_t bytes_to_device;   /* host -> device copies, descriptors included */
+  uint64_t bytes_from_device; /* device -> host copies                     */
+} tsr_device_stats_t;
+
+TSR_API void tsr_device_get_stats(tsr_device_t *dev, tsr_device_stats_t *out);
+
+/* Element type of a buffer. */
+typedef enum tsr_buffer_type {
+  TSR_BUFFER_BYTES = 0, /* raw bytes; usable as an int8 operand (A, W)    */
+  TSR_BUFFER_I8 = 1,    /* int8 matrix: A or W of a GEMM                  */
+  TSR_BUFFER_I32 = 2,   /* int32 matrix: C of a GEMM                      */
+} tsr_buffer_type_t;
+
+/* Allocates rows x cols elements of `type` (row-major, rows of `cols`
+ * elements; for BYTES, rows x cols bytes) in the device's memory and as
+ * many bytes of host shadow, both zeroed. `label` (borrowed, copied; NULL
+ * for "buffer N") names it in error messages. If the device memory cannot
+ * be had (full, or the device is gone) and fallback is on, the buffer lives
+ * on the host only (warned) and every command using it runs on the host.
+ * `dev` must outlive the buffer. The caller owns *out_buf. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_buffer_create(tsr_device_t *dev, tsr_buffer_type_t type, size_t rows, size_t cols,
+                  const char *label, tsr_buffer_t **out_buf);
+/* Finishes the queued commands that use `buf`, then releases it. NULL is
+ * accepted. */
+TSR_API void tsr_buffer_destroy(tsr_buffer_t *buf);
+/* Size in bytes. */
+TSR_API size_t tsr_buffer_size(const tsr_buffer_t *buf);
+
+/* Host -> device copy of `bytes` bytes from `src` (borrowed) to byte
+ * `offset` of the buffer (and its shadow). Offset and length must lie in
+ * the buffer and, for int32 buffers, be multiples of 4; OUT_OF_RANGE or
+ * INVALID_ARGUMENT name the buffer, offset and size. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_buffer_write(tsr_buffer_t *buf, size_t offset, const void *src, size_t bytes);
+/* Device -> host copy of `bytes` bytes at byte `offset` into `dst`
+ * (borrowed); same checks. Reads the device copy, or the host shadow when
+ * the latest contents are there (a command computed on the host). */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_buffer_read(tsr_buffer_t *buf, size_t offset, void *dst, size_t bytes);
+
+/* One GEMM command: C = A . W^T as above. Offsets and leading dimensions
+ * count elements of the buffer (bytes for int8 and BYTES buffers, int32
+ * for C); a leading dimension of 0 means packed (lda = ldw = k, ldc = n).
+ * Every operand must lie in its buffer; all three belong to one device. */
+typedef struct tsr_gemm {
+  size_t m, n, k;          /* each >= 1; k <= the device's max_dim       */
+  tsr_buffer_t *a;         /* int8 or BYTES: A[i][l] at a_offset + i*lda + l */
+  size_t a_offset, lda;    /* lda >= k                                  */
+  tsr_buffer_t *w;         /* int8 or BYTES: W[j][l] at w_offset + j*ldw + l */
+  size_t w_offset, ldw;    /* ldw >= k                                  */
+  tsr_buffer_t *c;         /* int32: C[i][j] at c_offset + i*ldc + j      */
+  size_t c_offset, ldc;    /* ldc >= n                                  */
+} tsr_gemm_t;
+
+/* Queues `g` (borrowed; the buffers must outlive the command) on `dev` and
+ * returns at once with *out_event (owned by the caller: tsr_event_destroy)
+ * for it. Argument errors name the operand and dimension. Device failures
+ * are not reported here but by tsr_event_wait (with fallback off), except
+ * that a device already gone gives UNAVAILABLE at once. A command that must
+ * run on the host (host-only buffer, device gone) runs before this returns,
+ * after the commands queued before it. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_gemm_enqueue(tsr_device_t *dev, const tsr_gemm_t *g, tsr_event_t **out_event);
+
+typedef enum tsr_event_state {
+  TSR_EVENT_PENDING = 0,   /* queued or running                            */
+  TSR_EVENT_DONE = 1,      /* finished on the device                       */
+  TSR_EVENT_DONE_HOST = 2, /* computed on the host after the device failed
+                              (or could not hold a buffer): a fallback      */
+  TSR_EVENT_FAILED = 3,    /* failed with fallback off: tsr_event_wait says why;
+                              C's region is undefined                       */
+} tsr_event_state_t;
+
+typedef struct tsr_event_info {
+  tsr_event_state_t state;
+  uint64_t cycles;       /* device busy cycles of the launch that finished it
+                            (0 unless DONE)                                */
+  uint32_t descriptors;  /* GEMM descriptors of the command                */
+  uint32_t retries;      /* retries this command took                      */
+} tsr_event_info_t;
+
+/* Waits until the command finished or `timeout_ms` passed
+ * (TSR_WAIT_FOREVER: no limit; 0: only look). TSR_OK when it finished on
+ * the device or on the host; DEADLINE_EXCEEDED when the time ran out first
+ * (the command stays queued: wait again); the command's failure (the same
+ * status on every call) when it FAILED. A device failure found here is
+ * recovered here (reset, retries, host fallback), which can take up to
+ * (retries + 1) x device_timeout_ms beyond `timeout_ms`. */
+#define TSR_WAIT_FOREVER UINT32_MAX
+TSR_API TSR_MUST_USE tsr_status_t tsr_event_wait(tsr_event_t *ev, uint32_t timeout_ms);
+/* Copies the event's state and counters into *out without waiting (a
+ * finished launch is noticed; a simulated device advances only inside
+ * waits). */
+TSR_API void tsr_event_query(tsr_event_t *ev, tsr_event_info_t *out);
+/* Releases `ev`. A command still queued keeps running and is finished by
+ * later calls on the device. NULL is accepted. */
+TSR_API void tsr_event_destroy(tsr_event_t *ev);
+
+/* ------------------------------------------------------------------------ */
 /* Sampler                                                                  */
 /* ------------------------------------------------------------------------ */
 
