@@ -1,7 +1,9 @@
 /*
  * test_attn.c - int8 block-sparse attention: the device (functional model
  * through the HAL, and the Verilator RTL when its library is built) against
- * the host reference, bit for bit, for every pattern at odd sizes (seq not
+ * the host reference and an independent naive computation of the int32
+ * scores and P.V partials written here, bit for bit, for every pattern at
+ * odd sizes (seq not
  * a multiple of the block, odd head_dim, grouped-query heads, chunks that
  * straddle blocks); masks with empty rows and single blocks; a full mask is
  * dense attention exactly; dense int8 attention is within a stated
@@ -46,6 +48,7 @@ typedef struct {
   size_t n_pairs;
   float out[S * H * D];
   uint64_t dense_pairs;
+  uint64_t naive_checked, naive_bad; /* int32 values checked against naive_pairs() */
 } result_t;
 
 static void result_free(result_t *r) {
@@ -61,6 +64,44 @@ static void append(void **dst, size_t *n, const void *src, size_t k, size_t elem
   memcpy((char *)p + *n * elem, src, k * elem);
   *dst = p;
   *n += k;
+}
+
+/* Independent reference for the int32 results of one call: for every pair,
+ * from the layouts documented in attn.h (Qq (n_heads, T, hs); the K cache
+ * (n_kv, max_seq, hs); P' blocks m x nk; V^T tiles (n_kv, n_kb, hs, block)),
+ *   scores  S[i][j] = sum_t Qq[h][r0+i][t] * K[g][kb*B+j][t]
+ *   values  O[i][t] = sum_j P'[i][j] * V[g][kb*B+j][t]
+ * as plain loops. Returns the number of values that differ from w->s and
+ * w->o; *checked counts the values compared. */
+static uint64_t naive_pairs(const tsr_attn_work_t *w, const tsr_attn_cache_t *c,
+                            uint64_t *checked) {
+  const tsr_attn_dims_t *d = &w->d;
+  const int32_t hs = d->head_dim, seq = d->max_seq, blk = d->block;
+  const int32_t n_kb = (seq + blk - 1) / blk;
+  uint64_t bad = 0;
+  for (int32_t x = 0; x < w->n_pairs; x++) {
+    const tsr_attn_pair_t *pr = &w->pairs[x];
+    const int32_t g = pr->h / (d->n_heads / d->n_kv_heads);
+    for (int32_t i = 0; i < pr->m; i++) {
+      const int8_t *q = w->qq + ((size_t)pr->h * w->T + (size_t)(pr->r0 + i)) * hs;
+      for (int32_t j = 0; j < pr->nk; j++) {
+        const int8_t *k = c->k + ((size_t)g * seq + (size_t)(pr->kb * blk + j)) * hs;
+        int64_t acc = 0;
+        for (int32_t t = 0; t < hs; t++) acc += (int64_t)q[t] * k[t];
+        bad += w->s[pr->s_off + (size_t)i * pr->nk + j] != (int32_t)acc;
+        ++*checked;
+      }
+      const int8_t *p = w->p + pr->p_off + (size_t)i * pr->nk;
+      for (int32_t t = 0; t < hs; t++) {
+        const int8_t *vt = c->vt + (((size_t)g * n_kb + pr->kb) * hs + t) * blk;
+        int64_t acc = 0;
+        for (int32_t j = 0; j < pr->nk; j++) acc += (int64_t)p[j] * vt[j];
+        bad += w->o[pr->o_off + (size_t)i * hs + t] != (int32_t)acc;
+        ++*checked;
+      }
+    }
+  }
+  return bad;
 }
 
 /* Runs the sequence in chunks on `device` (NULL = host). Returns false if
@@ -99,6 +140,7 @@ static bool run(const data_t *x, const tsr_attn_pattern_t *pat, const char *devi
     TSR_ASSERT_OK(tsr_attn_forward(&w, &c, x->q + (size_t)r0 * H * D, r0, rows,
                                    r->out + (size_t)r0 * H * D, dev ? &be : NULL, NULL,
                                    TSR_ISA_PORTABLE));
+    r->naive_bad += naive_pairs(&w, &c, &r->naive_checked);
     append((void **)&r->s, &r->n_s, w.s, w.s_len, sizeof(int32_t));
     append((void **)&r->o, &r->n_o, w.o, w.o_len, sizeof(int32_t));
     append((void **)&r->pairs, &r->n_pairs, w.pairs, (size_t)w.n_pairs, sizeof(tsr_attn_pair_t));
@@ -126,35 +168,42 @@ static void expect_identical(const result_t *ref, const result_t *got, const cha
             !memcmp(ref->out, got->out, sizeof ref->out);
   if (!ok) fprintf(stderr, "%s: differs from the host reference\n", what);
   CU_ASSERT_TRUE(ok);
+  /* and both equal the naive loops, value for value */
+  if (ref->naive_bad || got->naive_bad)
+    fprintf(stderr, "%s: %llu (host) and %llu (device) int32 values differ from the naive "
+            "reference\n", what, (unsigned long long)ref->naive_bad,
+            (unsigned long long)got->naive_bad);
+  CU_ASSERT_EQUAL(ref->naive_bad, 0);
+  CU_ASSERT_EQUAL(got->naive_bad, 0);
+  CU_ASSERT_TRUE(got->naive_checked > 0);
+  CU_ASSERT_EQUAL(got->naive_checked, got->n_s + got->n_o);
 }
 
-static bool have_rtl(void) {
+/* Why the RTL cannot run here (NULL when it opens). */
+static const char *rtl_missing(void) {
+  static char why[512];
   tsr_hal_device_t *d = NULL;
   tsr_status_t s = tsr_hal_open("sim", &d);
+  if (s) snprintf(why, sizeof why, "the RTL simulator does not open: %s", tsr_status_message(s));
   tsr_status_free(s);
   tsr_hal_close(d);
-  return d != NULL;
+  return d ? NULL : why;
 }
 
-static void test_backends_bit_exact(void) {
+/* Every pattern on `device` (a HAL spec) against the host and the naive
+ * loops. */
+static void backends_bit_exact(const char *device, const char *name) {
   static data_t x;
   gen_data(&x, 42);
-  const bool rtl = have_rtl();
-  if (!rtl) printf("\n  (the RTL simulator is not built: sim skipped)\n");
   for (size_t p = 0; p < N_PATTERNS; p++) {
     tsr_attn_pattern_t pat;
     TSR_ASSERT_OK(tsr_attn_pattern_parse(patterns[p], &pat));
-    result_t host, fm, sim;
+    result_t host, dev;
     CU_ASSERT_TRUE(run(&x, &pat, NULL, NULL, NULL, &host));
-    CU_ASSERT_TRUE(run(&x, &pat, "cpu", NULL, NULL, &fm));
+    CU_ASSERT_TRUE(run(&x, &pat, device, NULL, NULL, &dev));
     char what[128];
-    snprintf(what, sizeof what, "%s on the functional model", patterns[p]);
-    expect_identical(&host, &fm, what);
-    if (rtl && run(&x, &pat, "sim", NULL, NULL, &sim)) {
-      snprintf(what, sizeof what, "%s on the RTL", patterns[p]);
-      expect_identical(&host, &sim, what);
-      result_free(&sim);
-    }
+    snprintf(what, sizeof what, "%s on %s", patterns[p], name);
+    expect_identical(&host, &dev, what);
     /* patterns that skip work do skip it */
     if (pat.kind != TSR_ATTN_DENSE) {
       CU_ASSERT_TRUE(host.n_pairs < host.dense_pairs);
@@ -162,8 +211,19 @@ static void test_backends_bit_exact(void) {
       CU_ASSERT_EQUAL(host.n_pairs, host.dense_pairs);
     }
     result_free(&host);
-    result_free(&fm);
+    result_free(&dev);
   }
+}
+
+static void test_fmodel_bit_exact(void) { backends_bit_exact("cpu", "the functional model"); }
+
+static void test_rtl_bit_exact(void) {
+  const char *why = rtl_missing();
+  if (why) {
+    tsr_test_skip("%s", why);
+    return;
+  }
+  backends_bit_exact("sim", "the RTL");
 }
 
 /* Head 0: even query blocks have no keys at all, odd ones only block 0;
@@ -189,12 +249,6 @@ static void test_masks_empty_rows_single_blocks(void) {
   CU_ASSERT_TRUE(run(&x, &pat, NULL, odd_mask, NULL, &host));
   CU_ASSERT_TRUE(run(&x, &pat, "cpu", odd_mask, NULL, &fm));
   expect_identical(&host, &fm, "custom mask on the functional model");
-  if (have_rtl()) {
-    result_t sim;
-    CU_ASSERT_TRUE(run(&x, &pat, "sim", odd_mask, NULL, &sim));
-    expect_identical(&host, &sim, "custom mask on the RTL");
-    result_free(&sim);
-  }
   /* empty rows give zeros; single-block rows a convex mix of block 0's values */
   for (int32_t t = 0; t < S; t++) {
     const float *o = host.out + ((size_t)t * H + 0) * D;
@@ -209,6 +263,24 @@ static void test_masks_empty_rows_single_blocks(void) {
   }
   result_free(&host);
   result_free(&fm);
+}
+
+static void test_rtl_masks(void) {
+  const char *why = rtl_missing();
+  if (why) {
+    tsr_test_skip("%s", why);
+    return;
+  }
+  static data_t x;
+  gen_data(&x, 7);
+  tsr_attn_pattern_t pat;
+  TSR_ASSERT_OK(tsr_attn_pattern_parse("dense,block:8", &pat));
+  result_t host, sim;
+  CU_ASSERT_TRUE(run(&x, &pat, NULL, odd_mask, NULL, &host));
+  CU_ASSERT_TRUE(run(&x, &pat, "sim", odd_mask, NULL, &sim));
+  expect_identical(&host, &sim, "custom mask on the RTL");
+  result_free(&host);
+  result_free(&sim);
 }
 
 static void test_full_mask_is_dense(void) {
@@ -339,7 +411,8 @@ static void session_logits(const char *devices, const char *attn, float *out, in
   close_session(ctx, m, s);
 }
 
-static void test_session_devices_equal(void) {
+/* Sessions with attention on `devices` give the host's logits. */
+static void session_devices_equal(const char *devices) {
   static float ref[31 * 512], got[31 * 512];
   const char *attns[] = {"window:2,sinks:1,block:4", "topk:2,block:4"};
   for (int a = 0; a < 2; a++) {
@@ -347,16 +420,22 @@ static void test_session_devices_equal(void) {
     uint64_t on_dev = 0;
     session_logits("cpu", attns[a], ref, &n_ref, &on_dev);
     CU_ASSERT_EQUAL(on_dev, 0);
-    session_logits("fmodel", attns[a], got, &n, &on_dev);
+    session_logits(devices, attns[a], got, &n, &on_dev);
     CU_ASSERT_EQUAL(n, n_ref);
     CU_ASSERT_TRUE(on_dev > 0);
-    CU_ASSERT_TRUE(n > 0 && !memcmp(ref, got, sizeof(float) * (size_t)n));
-    if (have_rtl()) {
-      session_logits("sim", attns[a], got, &n, &on_dev);
-      CU_ASSERT_TRUE(on_dev > 0);
-      CU_ASSERT_TRUE(n == n_ref && !memcmp(ref, got, sizeof(float) * (size_t)n));
-    }
+    CU_ASSERT_TRUE(n > 0 && n == n_ref && !memcmp(ref, got, sizeof(float) * (size_t)n));
   }
+}
+
+static void test_session_fmodel(void) { session_devices_equal("fmodel"); }
+
+static void test_session_rtl(void) {
+  const char *why = rtl_missing();
+  if (why) {
+    tsr_test_skip("%s", why);
+    return;
+  }
+  session_devices_equal("sim");
 }
 
 /* Teacher-forced on the fp32 reference's greedy tokens: agreement of the
@@ -424,13 +503,8 @@ static const char *const acc_patterns[] = {"dense", "window:4,sinks:1", "window:
                                            "strided:4,local:2", "topk:4", "topk:2"};
 
 static void test_accuracy_stories(void) {
+  if (!tsr_test_need_reference_models()) return;
   const char *model = tsr_test_model_path("stories260K.bin");
-  FILE *f = fopen(model, "rb");
-  if (!f) {
-    printf("\n  (no reference models: stories260K accuracy skipped)\n");
-    return;
-  }
-  fclose(f);
   char tok[512];
   snprintf(tok, sizeof tok, "%s", tsr_test_model_path("tok512.bin"));
   printf("\n");
@@ -458,10 +532,13 @@ int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite su = CU_add_suite("attn", setup, NULL);
   CU_add_test(su, "pattern parser and static masks", test_pattern_parser);
-  CU_add_test(su, "device == host bit-exact, every pattern, odd sizes", test_backends_bit_exact);
+  CU_add_test(su, "fmodel == host == naive, every pattern, odd sizes", test_fmodel_bit_exact);
+  CU_add_test(su, "RTL == host == naive, every pattern, odd sizes", test_rtl_bit_exact);
   CU_add_test(su, "masks with empty rows and single blocks", test_masks_empty_rows_single_blocks);
+  CU_add_test(su, "masks on the RTL", test_rtl_masks);
   CU_add_test(su, "full mask == dense; dense vs fp32", test_full_mask_is_dense);
-  CU_add_test(su, "sessions: same logits on cpu, fmodel, sim", test_session_devices_equal);
+  CU_add_test(su, "sessions: same logits on cpu and fmodel", test_session_fmodel);
+  CU_add_test(su, "sessions: same logits on cpu and sim", test_session_rtl);
   CU_add_test(su, "accuracy: stories260K", test_accuracy_stories);
   CU_add_test(su, "accuracy: generated model", test_accuracy_generated);
   return tsr_test_run_all();

@@ -347,13 +347,14 @@ static int run(const char *cmd) {
 }
 
 static void test_cli(void) {
-  const char *bin = "build/bin/tessera";
+  char bin[256];
+  snprintf(bin, sizeof bin, "%s", tsr_test_build_path("bin/tessera"));
   struct stat st;
   if (stat(bin, &st) != 0) {
-    printf("REPORT cli checks skipped: %s not built\n", bin);
+    tsr_test_skip("%s is not built", bin);
     return;
   }
-  char cmd[1024];
+  char cmd[2048];
   const char *out = tmp_path("cli.gguf");
   snprintf(cmd, sizeof cmd, "%s gen-model --help > /dev/null", bin);
   CU_ASSERT_EQUAL(run(cmd), 0);

@@ -105,6 +105,9 @@ static void test_threads_do_not_change_tokens(void) {
 }
 
 int main(void) {
+  const char *missing = tsr_test_missing_reference_model();
+  if (missing)
+    return tsr_test_skip_program("no %s in %s: nothing to test", missing, tsr_test_models_dir());
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("generate", setup, teardown);
   CU_add_test(s, "int8 greedy agrees with fp32", test_int8_agrees_with_fp32);

@@ -208,6 +208,7 @@ static size_t after_string(const buf_t *b, const char *s) {
 /* ---- the reference files ---- */
 
 static void test_reference_gguf(void) {
+  if (!tsr_test_need_reference_models()) return;
   tsr_model_file_t *mf = NULL;
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"), NULL, &mf));
   CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
@@ -256,6 +257,7 @@ static void assert_same_view(const tsr_tensor_view_t *a, const tsr_tensor_view_t
 
 /* The GGUF is a conversion of the .bin: every tensor is bit-identical. */
 static void test_gguf_equals_bin(void) {
+  if (!tsr_test_need_reference_models()) return;
   tsr_model_file_t *g = NULL, *b = NULL;
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"), NULL, &g));
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.bin"),
@@ -284,6 +286,7 @@ static void test_gguf_equals_bin(void) {
 /* The GGUF vocabulary, converted by llama2.c's export rules, is tok512.bin:
  * same pieces and scores, and serialized back it is the same bytes. */
 static void test_gguf_vocab_equals_tok512(void) {
+  if (!tsr_test_need_reference_models()) return;
   tsr_model_file_t *g = NULL;
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"), NULL, &g));
   tsr_mapped_file_t tf;
@@ -326,6 +329,7 @@ static void test_gguf_vocab_equals_tok512(void) {
 
 /* An external llama2.c tokenizer replaces the embedded vocabulary. */
 static void test_gguf_external_tokenizer(void) {
+  if (!tsr_test_need_reference_models()) return;
   tsr_model_file_t *g = NULL;
   TSR_ASSERT_OK(tsr_model_file_open(tsr_test_model_path("stories260K.gguf"),
                                     tsr_test_model_path("tok512.bin"), &g));

@@ -1,11 +1,11 @@
 /*
  * test_hal.c - the HAL conformance suite.
  *
- * The same tests run against every backend that opens here: "cpu" always,
+ * The same tests run against every backend that opens here: "fmodel" always,
  * "sim" when the RTL library loads (otherwise the program says it skipped
  * sim and why). Integer results are compared for equality with a naive
  * reference written here, independent of the library's kernels. Fault
- * injection (hang, fail, lost) uses the cpu backend's options; a missing RTL
+ * injection (hang, fail, lost) uses the fmodel backend's options; a missing RTL
  * library must give UNAVAILABLE, never an abort. When both backends open,
  * the same rings run on both and must give identical memory and counters.
  */
@@ -24,7 +24,7 @@
 #define PATTERN 0xA5
 #define MEM_OPTS "mem=16M"
 
-/* Backends the conformance suites run against: "cpu" and "sim" by
+/* Backends the conformance suites run against: "fmodel" and "sim" by
  * default, or the comma-separated list in $TSR_TEST_BACKENDS. Each entry
  * remembers whether it takes the mem= option (to keep tests small). */
 #define MAX_BACKENDS 8
@@ -39,7 +39,7 @@ static uint32_t rnd(uint32_t n) { return (uint32_t)(tsr_test_splitmix64(&g_rng) 
 /* Opens g_backend with extra options (may be NULL). */
 static tsr_hal_device_t *open_backend(const char *backend, const char *opts) {
   char spec[256];
-  bool mem = !strcmp(backend, "cpu") || !strcmp(backend, "sim") ||
+  bool mem = !strcmp(backend, "fmodel") || !strcmp(backend, "sim") ||
              (!strcmp(backend, g_backend ? g_backend : "") && g_mem_opt);
   snprintf(spec, sizeof spec, "%s:%s%s%s", backend, mem ? MEM_OPTS : "",
            mem && opts ? "," : "", opts ? opts : "");
@@ -243,20 +243,23 @@ static void test_registry(void) {
   size_t n = 0;
   const tsr_hal_vtable_t *const *b = tsr_hal_backends(&n);
   CU_ASSERT(n >= 2);
-  CU_ASSERT_STRING_EQUAL(b[n - 1]->name, "cpu"); /* the fallback comes last */
-  CU_ASSERT_PTR_EQUAL(tsr_hal_find("cpu"), b[n - 1]);
+  CU_ASSERT_STRING_EQUAL(b[n - 1]->name, "fmodel"); /* the fallback comes last */
+  CU_ASSERT_PTR_EQUAL(tsr_hal_find("fmodel"), b[n - 1]);
+  CU_ASSERT_PTR_NULL(tsr_hal_find("cpu")); /* "cpu" is the host, never a HAL backend */
   CU_ASSERT_PTR_NOT_NULL(tsr_hal_find("sim"));
   CU_ASSERT_PTR_NULL(tsr_hal_find("nope"));
   tsr_hal_device_t *dev = (tsr_hal_device_t *)1;
   TSR_ASSERT_ERR(tsr_hal_open("nope", &dev), TSR_STATUS_NOT_FOUND, "nope");
   CU_ASSERT_PTR_NULL(dev);
   TSR_ASSERT_ERR(tsr_hal_open("", &dev), TSR_STATUS_INVALID_ARGUMENT, "empty");
-  TSR_ASSERT_ERR(tsr_hal_open("cpu:bogus=1", &dev), TSR_STATUS_INVALID_ARGUMENT, "bogus");
-  TSR_ASSERT_ERR(tsr_hal_open("cpu:mem=abc", &dev), TSR_STATUS_INVALID_ARGUMENT, "mem");
-  TSR_ASSERT_ERR(tsr_hal_open("cpu:mem=1", &dev), TSR_STATUS_OUT_OF_RANGE, "mem");
-  TSR_ASSERT_ERR(tsr_hal_open("cpu:lost=3", &dev), TSR_STATUS_INVALID_ARGUMENT, "lost");
+  TSR_ASSERT_ERR(tsr_hal_open("cpu", &dev), TSR_STATUS_NOT_FOUND, "'fmodel'");
+  TSR_ASSERT_ERR(tsr_hal_open("cpu:mem=2M", &dev), TSR_STATUS_NOT_FOUND, "fmodel:mem=2M");
+  TSR_ASSERT_ERR(tsr_hal_open("fmodel:bogus=1", &dev), TSR_STATUS_INVALID_ARGUMENT, "bogus");
+  TSR_ASSERT_ERR(tsr_hal_open("fmodel:mem=abc", &dev), TSR_STATUS_INVALID_ARGUMENT, "mem");
+  TSR_ASSERT_ERR(tsr_hal_open("fmodel:mem=1", &dev), TSR_STATUS_OUT_OF_RANGE, "mem");
+  TSR_ASSERT_ERR(tsr_hal_open("fmodel:lost=3", &dev), TSR_STATUS_INVALID_ARGUMENT, "lost");
   CU_ASSERT_PTR_NULL(dev);
-  TSR_ASSERT_OK(tsr_hal_open("cpu:mem=2M,rows=8,cols=4,clock=250", &dev));
+  TSR_ASSERT_OK(tsr_hal_open("fmodel:mem=2M,rows=8,cols=4,clock=250", &dev));
   if (dev) {
     tsr_hal_caps_t c;
     dev->vt->query_caps(dev, &c);
@@ -719,12 +722,12 @@ static void test_ring_refusals(void) {
 
 /* Wait with a timeout, then reset, then the device works again. */
 static void test_timeout_reset(void) {
-  bool cpu = !strcmp(g_backend, "cpu");
+  bool cpu = !strcmp(g_backend, "fmodel");
   if (!cpu && strcmp(g_backend, "sim")) {
-    printf("\n    SKIP for %s: no way to make it hang or run slowly on purpose\n", g_backend);
+    tsr_test_skip("no way to make backend %s hang or run slowly on purpose", g_backend);
     return;
   }
-  /* cpu: command 2 hangs. sim: command 2 is long and gets no time. */
+  /* fmodel: command 2 hangs. sim: command 2 is long and gets no time. */
   tsr_hal_device_t *dev = open_backend(g_backend, cpu ? "hang=2" : NULL);
   if (!dev) return;
   ring_run_t r[3];
@@ -775,11 +778,11 @@ static void test_timeout_reset(void) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* cpu-only fault injection                                                  */
+/* fmodel-only fault injection                                                 */
 /* ------------------------------------------------------------------------ */
 
 static void test_cpu_fail(void) {
-  tsr_hal_device_t *dev = open_backend("cpu", "fail=2");
+  tsr_hal_device_t *dev = open_backend("fmodel", "fail=2");
   if (!dev) return;
   for (int j = 1; j <= 3; j++) {
     ring_run_t r = {0};
@@ -798,7 +801,7 @@ static void test_cpu_fail(void) {
 }
 
 static void test_cpu_lost(void) {
-  tsr_hal_device_t *dev = open_backend("cpu", "lost");
+  tsr_hal_device_t *dev = open_backend("fmodel", "lost");
   if (!dev) return;
   tsr_hal_caps_t c;
   dev->vt->query_caps(dev, &c);
@@ -820,7 +823,7 @@ static void test_cpu_lost(void) {
 
 /* Thousands of launches: old results are forgotten, recent ones kept. */
 static void test_cpu_many_fences(void) {
-  tsr_hal_device_t *dev = open_backend("cpu", NULL);
+  tsr_hal_device_t *dev = open_backend("fmodel", NULL);
   if (!dev) return;
   tsr_hal_buffer_t b;
   TSR_ASSERT_OK(dev->vt->alloc(dev, 64, 64, &b));
@@ -848,13 +851,13 @@ static void test_cpu_many_fences(void) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* cpu and sim side by side                                                  */
+/* fmodel and sim side by side                                                 */
 /* ------------------------------------------------------------------------ */
 
 /* Runs the same ring (same seed) on both backends; memory after the launch
  * and every counter but the cycle counts must be identical. */
 static void cross_one(uint64_t seed, uint32_t n_desc, uint32_t lim, mutate_fn broken) {
-  tsr_hal_device_t *devs[2] = {open_backend("cpu", NULL), open_backend("sim", NULL)};
+  tsr_hal_device_t *devs[2] = {open_backend("fmodel", NULL), open_backend("sim", NULL)};
   ring_run_t r[2];
   memset(r, 0, sizeof r);
   for (int b = 0; b < 2 && devs[b]; b++) {
@@ -887,8 +890,8 @@ static void cross_one(uint64_t seed, uint32_t n_desc, uint32_t lim, mutate_fn br
       CU_ASSERT_EQUAL(memcmp(r[0].after + ring_end, r[1].after + ring_end, r[0].size - ring_end), 0);
     }
     if (r[0].res.bytes_rd != r[1].res.bytes_rd || r[0].res.cycles)
-      printf("REPORT cross seed %" PRIu64 ": cpu cycles %" PRIu64 " (modeled), sim %" PRIu64
-             " (RTL); bytes_rd cpu %" PRIu64 " sim %" PRIu64 "\n", seed, r[0].res.cycles,
+      printf("REPORT cross seed %" PRIu64 ": fmodel cycles %" PRIu64 " (modeled), sim %" PRIu64
+             " (RTL); bytes_rd fmodel %" PRIu64 " sim %" PRIu64 "\n", seed, r[0].res.cycles,
              r[1].res.cycles, r[0].res.bytes_rd, r[1].res.bytes_rd);
   }
   for (int b = 0; b < 2; b++) {
@@ -945,10 +948,10 @@ int main(void) {
   CU_add_test(s, "missing RTL library is UNAVAILABLE", test_missing_rtl);
   CU_add_test(s, "analytic timing model", test_timing_model);
 
-  /* Which backends: cpu and sim, or $TSR_TEST_BACKENDS; each that opens. */
+  /* Which backends: fmodel and sim, or $TSR_TEST_BACKENDS; each that opens. */
   const char *env = getenv("TSR_TEST_BACKENDS");
   char list[256];
-  snprintf(list, sizeof list, "%s", env && *env ? env : "cpu,sim");
+  snprintf(list, sizeof list, "%s", env && *env ? env : "fmodel,sim");
   bool have_cpu = false, have_sim = false;
   for (char *save = NULL, *name = strtok_r(list, ",", &save); name && g_n_list < MAX_BACKENDS;
        name = strtok_r(NULL, ",", &save)) {
@@ -963,7 +966,9 @@ int main(void) {
       st = tsr_hal_open(name, &dev);
     }
     if (st) {
-      printf("SKIP backend %s: %s\n", name, tsr_status_message(st));
+      char what[64];
+      snprintf(what, sizeof what, "backend %s (every case)", name);
+      tsr_test_skip_named(what, "%s does not open here: %s", name, tsr_status_message(st));
       printf("REPORT test_hal: backend %s skipped (%s)\n", name,
              tsr_status_code_name(tsr_status_code(st)));
       tsr_status_free(st);
@@ -974,19 +979,25 @@ int main(void) {
     g_list[g_n_list].mem_opt = mem_opt;
     g_n_list++;
     add_backend_suite(name);
-    have_cpu = have_cpu || !strcmp(name, "cpu");
+    have_cpu = have_cpu || !strcmp(name, "fmodel");
     have_sim = have_sim || !strcmp(name, "sim");
   }
   if (have_cpu) {
-    s = CU_add_suite("cpu fault injection and queue", NULL, NULL);
+    s = CU_add_suite("fmodel fault injection and queue", NULL, NULL);
     CU_add_test(s, "fail=N", test_cpu_fail);
     CU_add_test(s, "lost", test_cpu_lost);
     CU_add_test(s, "thousands of fences", test_cpu_many_fences);
+  } else {
+    tsr_test_skip_named("fmodel fault injection and queue (every case)",
+                        "the fmodel backend is not in the list or did not open");
   }
   if (have_cpu && have_sim) {
-    s = CU_add_suite("cpu vs sim", NULL, NULL);
+    s = CU_add_suite("fmodel vs sim", NULL, NULL);
     CU_add_test(s, "identical results and counters", test_cross_random);
     CU_add_test(s, "identical refusals", test_cross_refusal);
+  } else {
+    tsr_test_skip_named("fmodel vs sim (every case)", "needs both backends; %s did not open",
+                        have_cpu ? "sim" : "fmodel");
   }
   return tsr_test_run_all();
 }

@@ -1,10 +1,11 @@
 /*
- * test_opencl.c - the opencl backend against the cpu functional model.
+ * test_opencl.c - the opencl backend against the fmodel functional model.
  *
  * Every launch runs on both backends from the same memory image (random
  * bytes everywhere, so a stray or missing write shows): the results (STATUS,
  * ERR_INDEX, DESC_DONE, cycles and counters) and the whole buffer afterwards
- * must be identical. Shapes: random, odd, long K; rings of many descriptors
+ * must be identical, and the buffer must be what the descriptors that ran
+ * give when computed by a naive loop written in the tests. Shapes: random, odd, long K; rings of many descriptors
  * with NOPs, overwrites and read-after-write between descriptors; every
  * refusal code and the order of the checks. Then queueing, timeouts and
  * reset, option errors, and UNAVAILABLE (never an abort) when the loader,
@@ -44,7 +45,7 @@ typedef struct pair {
 
 static bool pair_open(pair_t *p) {
   memset(p, 0, sizeof *p);
-  TSR_ASSERT_OK(tsr_hal_open("cpu:" MEM_OPTS, &p->cpu));
+  TSR_ASSERT_OK(tsr_hal_open("fmodel:" MEM_OPTS, &p->cpu));
   TSR_ASSERT_OK(tsr_hal_open("opencl:" MEM_OPTS, &p->ocl));
   if (!p->cpu || !p->ocl) return false;
   TSR_ASSERT_OK(p->cpu->vt->alloc(p->cpu, BUF_BYTES, 4096, &p->bc));
@@ -75,8 +76,61 @@ static void put_desc(pair_t *p, uint64_t off, const tsr_desc_t *d) {
   tsr_desc_pack(p->img + off, d);
 }
 
-/* Runs `cmd` on both from p->img; asserts identical results and memory.
- * Returns the opencl result in *res. */
+/* The independent expectation of a launch: the first `done` descriptors of
+ * the ring run in order on a copy of p->img, each read from memory as the
+ * previous ones left it (a GEMM may overwrite later descriptors or another's
+ * operands), a GEMM computed by tsr_test_ref_gemm_i8. Returns the number of
+ * bytes of `got` that differ from it (plus descriptors that ran outside the
+ * buffer). */
+static size_t ref_ring_diff(const pair_t *p, const tsr_hal_command_t *cmd, uint32_t done,
+                            const uint8_t *got) {
+  uint8_t *mem = malloc(BUF_BYTES);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(mem);
+  memcpy(mem, p->img, BUF_BYTES);
+  size_t bad = 0;
+  for (uint32_t i = 0; i < done && !bad; i++) {
+    uint64_t at = cmd->ring + 64ull * i - p->base;
+    /* A descriptor outside the buffer (device memory the test never wrote)
+     * is taken to write nothing here; if it did, the comparison shows it. */
+    if (cmd->ring < p->base || at + TSR_HW_DESC_BYTES > BUF_BYTES) break;
+    tsr_desc_t d;
+    tsr_desc_unpack(&d, mem + at);
+    if (d.opcode != TSR_OP_GEMM_I8_I32) continue; /* a NOP */
+    uint64_t a_end = (uint64_t)(d.m - 1) * d.lda + d.k, w_end = (uint64_t)(d.n - 1) * d.ldw + d.k;
+    uint64_t c_end = (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n;
+    if (d.a_addr < p->base || d.a_addr - p->base + a_end > BUF_BYTES || d.w_addr < p->base ||
+        d.w_addr - p->base + w_end > BUF_BYTES || d.c_addr < p->base ||
+        d.c_addr - p->base + c_end > BUF_BYTES) {
+      fprintf(stderr, "descriptor %u ran but reaches outside the buffer\n", i);
+      bad++;
+      break;
+    }
+    int32_t *c = malloc(sizeof(int32_t) * d.m * d.n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    tsr_test_ref_gemm_i8(c, d.n, (const int8_t *)mem + (d.a_addr - p->base), d.lda,
+                         (const int8_t *)mem + (d.w_addr - p->base), d.ldw, (int32_t)d.m,
+                         (int32_t)d.n, (int32_t)d.k);
+    for (uint32_t r = 0; r < d.m; r++)
+      for (uint32_t j = 0; j < d.n; j++) {
+        uint8_t *o = mem + (d.c_addr - p->base) + (uint64_t)r * d.ldc + 4ull * j;
+        uint32_t v = (uint32_t)c[(size_t)r * d.n + j];
+        o[0] = (uint8_t)v, o[1] = (uint8_t)(v >> 8), o[2] = (uint8_t)(v >> 16), o[3] = (uint8_t)(v >> 24);
+      }
+    free(c);
+  }
+  size_t first = 0;
+  for (size_t i = 0; i < BUF_BYTES; i++)
+    if (mem[i] != got[i] && bad++ == 0) first = i;
+  if (bad)
+    fprintf(stderr, "memory differs from the naive reference in %zu bytes, first at offset %zu\n",
+            bad, first);
+  free(mem);
+  return bad;
+}
+
+/* Runs `cmd` on both from p->img; asserts identical results and memory,
+ * and memory equal to the naive reference. Returns the opencl result in
+ * *res. */
 static void pair_run(pair_t *p, const tsr_hal_command_t *cmd, tsr_hal_result_t *res) {
   tsr_hal_result_t rc, ro;
   uint64_t fc = 0, fo = 0;
@@ -108,6 +162,7 @@ static void pair_run(pair_t *p, const tsr_hal_command_t *cmd, tsr_hal_result_t *
     fprintf(stderr, "memory differs in %zu bytes, first at offset %zu (cpu %02x, opencl %02x)\n",
             diff, first, p->out_c[first], p->out_o[first]);
   CU_ASSERT_EQUAL(diff, 0);
+  CU_ASSERT_EQUAL(ref_ring_diff(p, cmd, ro.desc_done, p->out_o), 0);
   if (res) *res = ro;
 }
 

@@ -129,6 +129,9 @@ static void test_bos_eos_and_errors(void) {
 }
 
 int main(void) {
+  const char *missing = tsr_test_missing_reference_model();
+  if (missing)
+    return tsr_test_skip_program("no %s in %s: nothing to test", missing, tsr_test_models_dir());
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("tokenizer", setup, teardown);
   CU_add_test(s, "round trip on both vocabularies", test_round_trip);

@@ -206,7 +206,7 @@ static loop_t *loop_open_seq(const char *faults, unsigned window, uint32_t chunk
                              uint32_t timeout_ms, unsigned retries, uint32_t first_seq) {
   loop_t *lp = calloc(1, sizeof *lp);
   lp->window = window;
-  tsr_usb_board_config_t bc = {.engine = "cpu:mem=64M", .kind = "model", .mem_size = 64u << 20,
+  tsr_usb_board_config_t bc = {.engine = "fmodel:mem=64M", .kind = "model", .mem_size = 64u << 20,
                                .faults = faults};
   tsr_status_t s = tsr_usb_board_create(&bc, &lp->board);
   if (s) {
@@ -511,7 +511,10 @@ static void test_unplug_and_exhaustion(void) {
 
 /* Open without a board: a clear UNAVAILABLE, never a crash. */
 static void test_backend_absent(void) {
-  if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "usb_emu")) return;
+  if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "usb_emu")) {
+    tsr_test_skip("the emulated board is attached (LD_PRELOAD has usb_emu)");
+    return;
+  }
   tsr_hal_device_t *d = NULL;
   TSR_ASSERT_ERR(tsr_hal_open("usb", &d), TSR_STATUS_UNAVAILABLE, "usb");
   CU_ASSERT_PTR_NULL(d);

@@ -1,6 +1,7 @@
 /* tsr_test.c - helpers shared by the CUnit test programs. */
 #include "tsr_test.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -31,11 +32,188 @@ const char *tsr_test_tmpdir(void) {
   return buf;
 }
 
+int tsr_test_have_model(const char *file) {
+  char path[4096];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", tsr_test_models_dir(), file);
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+const char *tsr_test_model_or_skip(const char *file) {
+  if (tsr_test_have_model(file)) return tsr_test_model_path(file);
+  tsr_test_skip("no %s in %s", file, tsr_test_models_dir());
+  return NULL;
+}
+
+const char *tsr_test_missing_reference_model(void) {
+  static const char *const files[] = {"stories260K.bin", "stories260K.gguf", "tok512.bin"};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+    if (!tsr_test_have_model(files[i])) return files[i];
+  return NULL;
+}
+
+int tsr_test_need_reference_models(void) {
+  const char *missing = tsr_test_missing_reference_model();
+  if (missing) tsr_test_skip("no %s in %s", missing, tsr_test_models_dir());
+  return missing == NULL;
+}
+
+const char *tsr_test_build_path(const char *rel) {
+  static char buf[4096];
+  char self[3072];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) n = 0;
+  self[n] = '\0';
+  /* BUILD/tests/NAME -> BUILD */
+  for (int up = 0; up < 2; up++) {
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    else snprintf(self, sizeof self, ".");
+  }
+  snprintf(buf, sizeof buf, "%s/%s", self, rel);
+  return buf;
+}
+
+void tsr_test_ref_gemm_i8(int32_t *c, size_t ldc, const int8_t *a, size_t lda,
+                          const int8_t *w, size_t ldw, int32_t m, int32_t n, int32_t k) {
+  for (int32_t i = 0; i < m; i++)
+    for (int32_t j = 0; j < n; j++) {
+      int64_t acc = 0;
+      for (int32_t t = 0; t < k; t++)
+        acc += (int64_t)a[(size_t)i * lda + (size_t)t] * (int64_t)w[(size_t)j * ldw + (size_t)t];
+      c[(size_t)i * ldc + (size_t)j] = (int32_t)acc;
+    }
+}
+
+/* ---- skips and the runner ---- */
+
+#define MAX_SKIPS 256
+
+static struct skip {
+  CU_pTest test;  /* the case that skipped (NULL for a named skip) */
+  char what[160]; /* "suite: case" or the name given */
+  char why[320];
+} g_skips[MAX_SKIPS];
+static int g_n_skips, g_skips_lost;
+
+static void record(CU_pTest test, const char *what, const char *fmt, va_list ap) {
+  /* one record per case: the first reason */
+  for (int i = 0; test && i < g_n_skips; i++)
+    if (g_skips[i].test == test) return;
+  if (g_n_skips == MAX_SKIPS) {
+    g_skips_lost++;
+    return;
+  }
+  struct skip *k = &g_skips[g_n_skips++];
+  k->test = test;
+  snprintf(k->what, sizeof k->what, "%s", what);
+  vsnprintf(k->why, sizeof k->why, fmt, ap);
+  /* one line: the reason may quote a multi-line message */
+  for (char *p = k->why; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+void tsr_test_skip(const char *fmt, ...) {
+  CU_pTest t = CU_get_current_test();
+  CU_pSuite s = CU_get_current_suite();
+  char what[160];
+  snprintf(what, sizeof what, "%s: %s", s && s->pName ? s->pName : "?",
+           t && t->pName ? t->pName : "?");
+  va_list ap;
+  va_start(ap, fmt);
+  record(t, what, fmt, ap);
+  va_end(ap);
+}
+
+void tsr_test_skip_named(const char *what, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(NULL, what, fmt, ap);
+  va_end(ap);
+}
+
+int tsr_test_skip_program(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fflush(stderr);
+  vprintf(fmt, ap);
+  printf("\n");
+  fflush(stdout);
+  va_end(ap);
+  return 77;
+}
+
+static const char *skip_reason(CU_pTest t) {
+  for (int i = 0; i < g_n_skips; i++)
+    if (g_skips[i].test == t) return g_skips[i].why;
+  return NULL;
+}
+
+static unsigned g_cases_run, g_cases_failed, g_cases_skipped;
+
+static void on_suite_start(const CU_pSuite s) { printf("\nSuite: %s\n", s->pName); }
+
+static void on_test_start(const CU_pTest t, const CU_pSuite s) {
+  (void)s;
+  printf("  Test: %s ...", t->pName);
+  fflush(stdout);
+}
+
+static void on_test_complete(const CU_pTest t, const CU_pSuite s, const CU_pFailureRecord f) {
+  (void)s;
+  g_cases_run++;
+  if (f) {
+    g_cases_failed++;
+    printf("FAILED\n");
+    for (CU_pFailureRecord r = f; r; r = r->pNext)
+      printf("    %s:%u - %s\n", r->strFileName ? r->strFileName : "?", r->uiLineNumber,
+             r->strCondition ? r->strCondition : "?");
+  } else if (skip_reason(t)) {
+    g_cases_skipped++;
+    printf("SKIPPED: %s\n", skip_reason(t));
+  } else {
+    printf("passed\n");
+  }
+  fflush(stdout);
+}
+
+static void on_suite_init_failure(const CU_pSuite s) {
+  printf("\nSuite %s: its setup FAILED, its cases did not run\n", s->pName);
+}
+
+static void on_suite_cleanup_failure(const CU_pSuite s) {
+  printf("\nSuite %s: its cleanup FAILED\n", s->pName);
+}
+
 int tsr_test_run_all(void) {
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+  CU_set_suite_start_handler(on_suite_start);
+  CU_set_test_start_handler(on_test_start);
+  CU_set_test_complete_handler(on_test_complete);
+  CU_set_suite_init_failure_handler(on_suite_init_failure);
+  CU_set_suite_cleanup_failure_handler(on_suite_cleanup_failure);
+  CU_run_all_tests();
+  unsigned asserts = CU_get_number_of_asserts(), bad = CU_get_number_of_failures();
   unsigned fsuites = CU_get_number_of_suites_failed();
   CU_cleanup_registry();
-  return (failed || fsuites) ? 1 : 0;
+  unsigned passed = g_cases_run - g_cases_failed - g_cases_skipped;
+  fflush(stderr);
+  printf("\ncases: %u run, %u passed, %u failed, %u skipped; asserts: %u, %u failed%s\n",
+         g_cases_run, passed, g_cases_failed, g_cases_skipped, asserts, bad,
+         fsuites ? "; a suite's setup or cleanup failed" : "");
+  for (int i = 0; i < g_n_skips; i++)
+    printf("SKIP case %s: %s\n", g_skips[i].what, g_skips[i].why);
+  if (g_skips_lost) printf("SKIP case (%d more skips not recorded)\n", g_skips_lost);
+  if (bad || fsuites || g_cases_failed) {
+    fflush(stdout);
+    return 1;
+  }
+  if (passed == 0 && g_n_skips > 0) {
+    /* nothing ran: the program skipped; the last line says why */
+    printf("every case skipped: %s%s\n", g_skips[0].why,
+           g_n_skips > 1 ? " (and more, above)" : "");
+    fflush(stdout);
+    return 77;
+  }
+  fflush(stdout);
+  return 0;
 }

@@ -5,6 +5,7 @@
 #define TSR_TEST_H
 
 #include <CUnit/Basic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -50,8 +51,52 @@ static inline uint64_t tsr_test_splitmix64(uint64_t *s) {
     tsr_status_free(s_);                                                     \
   } while (0)
 
-/* Runs the registered suites with the basic runner; returns the exit code
- * (0 when every assertion passed). */
+/* ---- skips ----------------------------------------------------------------
+ * A case that cannot run here (a library, model or backend is missing) calls
+ * tsr_test_skip() with the reason and returns: it is reported as SKIPPED,
+ * never as passed. tsr_test_run_all() prints one line per skip,
+ *   SKIP case <suite>: <case>: <reason>
+ * (tests/run.sh shows them under the program's PASS line), and returns 77
+ * when nothing ran (every case that ran skipped): the program skipped, and
+ * its last output line says why. */
+void tsr_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A skip of something never registered, named `what` (a suite left out
+ * because its backend does not open). */
+void tsr_test_skip_named(const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* For a program that cannot run at all (before any case): prints the reason
+ * as its last line and returns 77, for main to return. */
+int tsr_test_skip_program(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Whether `file` exists in the models directory. */
+int tsr_test_have_model(const char *file);
+/* tsr_test_model_path(file) if the file exists; otherwise records a skip of
+ * the running case ("no FILE in DIR") and returns NULL. */
+const char *tsr_test_model_or_skip(const char *file);
+
+/* Whether the reference models (stories260K.bin, stories260K.gguf,
+ * tok512.bin) are all there; if not, records a skip of the running case
+ * naming the first one missing and returns 0. */
+int tsr_test_need_reference_models(void);
+/* The first reference model file missing, or NULL when all are there. */
+const char *tsr_test_missing_reference_model(void);
+
+/* Path of `rel` under this build's root (BUILD/rel), found from this
+ * program's own location (BUILD/tests/NAME): "bin/tessera". Static buffer. */
+const char *tsr_test_build_path(const char *rel);
+
+/* ---- an independent reference ----------------------------------------------
+ * The int8 matmul contract written as a plain loop, sharing no code with
+ * the library: c[i*ldc + j] = sum_t a[i*lda + t] * w[j*ldw + t], summed in
+ * 64 bits and stored as int32. Tests compare device results with this, not
+ * with the library's kernels (which the functional model itself uses). */
+void tsr_test_ref_gemm_i8(int32_t *c, size_t ldc, const int8_t *a, size_t lda,
+                          const int8_t *w, size_t ldw, int32_t m, int32_t n, int32_t k);
+
+/* Runs the registered suites; prints each case as passed, FAILED (with its
+ * failed assertions) or SKIPPED (with the reason), then the skip lines.
+ * Returns the exit code: 1 if any assertion or suite setup failed, else 77
+ * if every case that ran skipped, else 0. */
 int tsr_test_run_all(void);
 
 #endif
