@@ -2,6 +2,7 @@
 #include "driver/devmem.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +18,16 @@ typedef struct seg {
 
 struct tsr_devmem {
   uint64_t base, size;
+  pthread_mutex_t mu; /* guards segs and n: HAL calls come from any thread */
   seg_t *segs; /* (n) address-ordered */
   size_t n, cap;
 };
+
+/* The lock of an allocator a caller passes as const (queries). */
+static void lock(const tsr_devmem_t *dm) { pthread_mutex_lock(&((tsr_devmem_t *)dm)->mu); }
+static void unlock(const tsr_devmem_t *dm) { pthread_mutex_unlock(&((tsr_devmem_t *)dm)->mu); }
+static void reset_locked(tsr_devmem_t *dm);
+static void stats_locked(const tsr_devmem_t *dm, tsr_devmem_stats_t *out);
 
 static bool is_pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
@@ -43,18 +51,26 @@ tsr_status_t tsr_devmem_create(uint64_t base, uint64_t size, tsr_devmem_t **out)
     free(dm);
     return TSR_ERR(RESOURCE_EXHAUSTED, "devmem: out of host memory");
   }
-  tsr_devmem_reset(dm);
+  pthread_mutex_init(&dm->mu, NULL);
+  reset_locked(dm);
   *out = dm;
   return TSR_OK;
 }
 
 void tsr_devmem_destroy(tsr_devmem_t *dm) {
   if (!dm) return;
+  pthread_mutex_destroy(&dm->mu);
   free(dm->segs);
   free(dm);
 }
 
 void tsr_devmem_reset(tsr_devmem_t *dm) {
+  lock(dm);
+  reset_locked(dm);
+  unlock(dm);
+}
+
+static void reset_locked(tsr_devmem_t *dm) {
   dm->n = 1;
   dm->segs[0] = (seg_t){.addr = dm->base, .size = dm->size, .req = 0, .used = false};
 }
@@ -79,8 +95,19 @@ static void seg_remove(tsr_devmem_t *dm, size_t at) {
   dm->n--;
 }
 
+static tsr_status_t alloc_locked(tsr_devmem_t *dm, uint64_t size, uint64_t align,
+                                 uint64_t *out_addr);
+
 tsr_status_t tsr_devmem_alloc(tsr_devmem_t *dm, uint64_t size, uint64_t align,
                               uint64_t *out_addr) {
+  lock(dm);
+  tsr_status_t s = alloc_locked(dm, size, align, out_addr);
+  unlock(dm);
+  return s;
+}
+
+static tsr_status_t alloc_locked(tsr_devmem_t *dm, uint64_t size, uint64_t align,
+                                 uint64_t *out_addr) {
   *out_addr = 0;
   if (size == 0) return TSR_ERR(INVALID_ARGUMENT, "device allocation of 0 bytes");
   if (align == 0) align = TSR_DEVMEM_MIN_ALIGN;
@@ -109,7 +136,7 @@ tsr_status_t tsr_devmem_alloc(tsr_devmem_t *dm, uint64_t size, uint64_t align,
   }
   if (best == SIZE_MAX) {
     tsr_devmem_stats_t st;
-    tsr_devmem_stats(dm, &st);
+    stats_locked(dm, &st);
     return TSR_ERR(RESOURCE_EXHAUSTED,
                    "no free device block of %" PRIu64 " bytes aligned to %" PRIu64
                    " (free %" PRIu64 " bytes, largest free block %" PRIu64 ")",
@@ -160,10 +187,13 @@ static size_t seg_containing(const tsr_devmem_t *dm, uint64_t addr) {
 }
 
 tsr_status_t tsr_devmem_free(tsr_devmem_t *dm, uint64_t addr) {
+  lock(dm);
   size_t i = seg_find(dm, addr);
-  if (i == SIZE_MAX || !dm->segs[i].used)
+  if (i == SIZE_MAX || !dm->segs[i].used) {
+    unlock(dm);
     return TSR_ERR(INVALID_ARGUMENT,
                    "device address 0x%" PRIx64 " is not the start of a live allocation", addr);
+  }
   dm->segs[i].used = false;
   dm->segs[i].req = 0;
   if (i + 1 < dm->n && !dm->segs[i + 1].used) {
@@ -174,22 +204,37 @@ tsr_status_t tsr_devmem_free(tsr_devmem_t *dm, uint64_t addr) {
     dm->segs[i - 1].size += dm->segs[i].size;
     seg_remove(dm, i);
   }
+  unlock(dm);
   return TSR_OK;
 }
 
 bool tsr_devmem_contains(const tsr_devmem_t *dm, uint64_t addr, uint64_t n) {
+  lock(dm);
   size_t i = seg_containing(dm, addr);
-  if (i == SIZE_MAX || !dm->segs[i].used) return false;
-  uint64_t off = addr - dm->segs[i].addr;
-  return off <= dm->segs[i].req && n <= dm->segs[i].req - off;
+  bool in = false;
+  if (i != SIZE_MAX && dm->segs[i].used) {
+    uint64_t off = addr - dm->segs[i].addr;
+    in = off <= dm->segs[i].req && n <= dm->segs[i].req - off;
+  }
+  unlock(dm);
+  return in;
 }
 
 uint64_t tsr_devmem_size_of(const tsr_devmem_t *dm, uint64_t addr) {
+  lock(dm);
   size_t i = seg_find(dm, addr);
-  return (i != SIZE_MAX && dm->segs[i].used) ? dm->segs[i].req : 0;
+  uint64_t size = (i != SIZE_MAX && dm->segs[i].used) ? dm->segs[i].req : 0;
+  unlock(dm);
+  return size;
 }
 
 void tsr_devmem_stats(const tsr_devmem_t *dm, tsr_devmem_stats_t *out) {
+  lock(dm);
+  stats_locked(dm, out);
+  unlock(dm);
+}
+
+static void stats_locked(const tsr_devmem_t *dm, tsr_devmem_stats_t *out) {
   memset(out, 0, sizeof *out);
   out->n_segments = (uint32_t)dm->n;
   for (size_t i = 0; i < dm->n; i++) {

@@ -7,7 +7,8 @@
  * address-ordered list of segments, each used or free; allocation is
  * best-fit (the smallest free segment that holds the request after
  * alignment padding, lowest address on ties), freeing coalesces with free
- * neighbours. Not thread-safe: the HAL serializes calls on one device.
+ * neighbours. Thread-safe: every call takes the allocator's own mutex, since
+ * HAL calls on one device may come from any thread.
  */
 #ifndef TSR_DEVMEM_H
 #define TSR_DEVMEM_H
@@ -50,7 +51,7 @@ uint64_t tsr_devmem_size_of(const tsr_devmem_t *dm, uint64_t addr);
 
 /* HAL buffers over the allocator: what every backend's alloc(), free() and
  * range check for write()/read() share. Messages start with `backend`
- * (e.g. "cpu"); checks a backend needs first (a lost device) stay in the
+ * (e.g. "fmodel"); checks a backend needs first (a lost device) stay in the
  * backend. */
 
 /* Allocates like tsr_devmem_alloc and fills *out (addr, size as requested,

@@ -11,13 +11,13 @@
 #include "base/status.h"
 #include "driver/tsr_regmap.h"
 
-/* Preference order: real devices first, the cpu functional model last. */
+/* Preference order: real devices first, the functional model last. */
 static const tsr_hal_vtable_t *const backends[] = {
     &tsr_hal_sim_vtable,
     &tsr_hal_opencl_vtable,
     &tsr_hal_usb_vtable,
     &tsr_hal_xrt_vtable,
-    &tsr_hal_cpu_vtable,
+    &tsr_hal_fmodel_vtable,
 };
 
 const tsr_hal_vtable_t *const *tsr_hal_backends(size_t *count) {
@@ -43,6 +43,10 @@ tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out) {
   memcpy(name, spec, name_len);
   name[name_len] = '\0';
   const tsr_hal_vtable_t *vt = tsr_hal_find(name);
+  if (!vt && !strcmp(name, "cpu"))
+    return TSR_ERR(NOT_FOUND, "device spec '%s': 'cpu' is the host, not a HAL backend; the "
+                   "kernel's functional model is 'fmodel' (e.g. 'fmodel%s')", spec,
+                   colon ? colon : "");
   if (!vt) {
     char known[128] = "";
     for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++) {

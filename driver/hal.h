@@ -8,9 +8,10 @@
  * the buffer window the kernel may touch. Submission is asynchronous and
  * returns a fence; wait() blocks on a fence with a timeout.
  *
- * Backends: cpu (functional model, driver/cpu), sim (Verilator RTL,
- * driver/sim); later opencl, xrt, usb. A backend whose library or hardware is
- * absent fails open() with TSR_STATUS_UNAVAILABLE and a reason.
+ * Backends: fmodel (the kernel's functional model, driver/fmodel), sim
+ * (Verilator RTL, driver/sim), opencl, xrt, usb. "cpu" is never a HAL
+ * backend: it names the host everywhere. A backend whose library or
+ * hardware is absent fails open() with TSR_STATUS_UNAVAILABLE and a reason.
  */
 #ifndef TSR_HAL_H
 #define TSR_HAL_H
@@ -81,7 +82,7 @@ typedef struct tsr_hal_open_params {
 /* The vtable. Every member is required unless marked optional. All calls on
  * one device come from one thread at a time (the executor serializes). */
 struct tsr_hal_vtable {
-  const char *name; /* "cpu", "sim", ... */
+  const char *name; /* "fmodel", "sim", ... */
   /* Opens a device. Sets *out = NULL first. UNAVAILABLE when the backend's
    * library or hardware is missing, with the reason in the message. */
   tsr_status_t (*open)(const tsr_hal_open_params_t *params, tsr_hal_device_t **out);
@@ -123,7 +124,7 @@ struct tsr_hal_device {
 };
 
 /* Registry: the backends compiled into this library, in preference order
- * (the cpu functional model last). */
+ * (the fmodel functional model last). */
 const tsr_hal_vtable_t *const *tsr_hal_backends(size_t *count);
 /* Looks a backend up by name; NULL if unknown. */
 const tsr_hal_vtable_t *tsr_hal_find(const char *name);

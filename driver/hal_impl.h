@@ -18,7 +18,7 @@ extern const tsr_hal_vtable_t tsr_hal_sim_vtable;
 extern const tsr_hal_vtable_t tsr_hal_opencl_vtable;
 extern const tsr_hal_vtable_t tsr_hal_usb_vtable;
 extern const tsr_hal_vtable_t tsr_hal_xrt_vtable;
-extern const tsr_hal_vtable_t tsr_hal_cpu_vtable;
+extern const tsr_hal_vtable_t tsr_hal_fmodel_vtable;
 
 /* Iterates an option string. Start with *cursor = options (NULL or "" is an
  * empty list). Each call copies the next key and value (value "" for a bare
@@ -38,7 +38,7 @@ tsr_status_t tsr_hal_opt_f64(const char *backend, const char *key, const char *v
 /* Sets the link and launch costs of caps (link_bytes_per_s, link_latency_s,
  * launch_latency_s) to those of a PCIe Gen3 x16 board as measured with XRT:
  * ~12 GB/s, 19-32 us per buffer sync, 45-100 us per launch. For the xrt
- * backend and for the models that stand for such a board (cpu, sim). */
+ * backend and for the models that stand for such a board (fmodel, sim). */
 void tsr_hal_caps_pcie_defaults(tsr_hal_caps_t *caps);
 
 /* Monotonic clock in nanoseconds. */

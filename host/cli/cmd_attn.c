@@ -175,12 +175,7 @@ int tsr_cmd_attn(int argc, char **argv) {
   tsr_km_timing_t timing;
   tsr_km_timing_init(&timing);
   if (!host) {
-    char spec[200];
-    if (!strncmp(device, "fmodel", 6) && (device[6] == '\0' || device[6] == ':'))
-      snprintf(spec, sizeof spec, "cpu%s", device + 6);
-    else
-      snprintf(spec, sizeof spec, "%s", device);
-    s = tsr_hal_open(spec, &dev);
+    s = tsr_hal_open(device, &dev);
     if (s) goto done;
     dev->vt->query_caps(dev, &caps);
     tsr_km_timing_from_caps(&caps, &timing);

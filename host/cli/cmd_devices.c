@@ -1,12 +1,13 @@
 /*
- * cmd_devices.c - `tessera devices`: every backend compiled in, whether it
- * opens here, why not, and what it offers.
+ * cmd_devices.c - `tessera devices`: the host ("cpu") and every device
+ * backend compiled in, whether it opens here, why not, and what it offers.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "compute/qgemm.h"
 #include "driver/hal.h"
 
 static const char *CMD = "devices";
@@ -15,13 +16,15 @@ int tsr_cmd_devices(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: tessera devices\n\n"
-             "Lists the device backends (in preference order), tries to open each and\n"
-             "prints its capabilities or the reason it is unavailable.\n");
+             "Lists the host (cpu) and the device backends (in preference order), tries\n"
+             "to open each and prints its capabilities or the reason it is unavailable.\n");
       return 0;
     }
     fprintf(stderr, "tessera %s: unknown option '%s'\n", CMD, argv[i]);
     return 2;
   }
+  printf("%-7s available: the host (int8 kernel %s; not a HAL device)\n", "cpu",
+         tsr_isa_name(tsr_isa_detect()));
   size_t n = 0;
   const tsr_hal_vtable_t *const *vts = tsr_hal_backends(&n);
   for (size_t i = 0; i < n; i++) {

@@ -1,5 +1,6 @@
 /*
- * cmd_gemm.c - `tessera gemm`: one int8 matmul on a device through the HAL.
+ * cmd_gemm.c - `tessera gemm`: one int8 matmul on a device through the HAL,
+ * or on the host (`--device cpu`: the host int8 kernel, no HAL).
  *
  * A (M x K) and then W (N x K) come from one splitmix64 stream seeded with
  * --seed, each element (int8_t)(x >> 56). C = A * W^T runs on the device as
@@ -22,6 +23,7 @@
 #include "driver/hal.h"
 #include "compute/qgemm.h"
 #include "base/status.h"
+#include "base/threadpool.h"
 
 static const char *CMD = "gemm";
 
@@ -31,7 +33,8 @@ static void usage(FILE *f) {
           "\n"
           "Runs C = A * W^T (int8 x int8 -> int32) on a device and prints its checksum.\n"
           "\n"
-          "  --device SPEC   cpu | sim, with options as cpu:mem=64M or sim:latency=50\n"
+          "  --device SPEC   cpu (the host int8 kernel) or a device: fmodel | sim | opencl |\n"
+          "                  xrt | usb, with options as fmodel:mem=64M or sim:latency=50\n"
           "  -M, -N, -K      shape: A is M x K, W is N x K, C is M x N (1..131071)\n"
           "  --seed S        splitmix64 seed for A then W (default 1)\n"
           "  --check         also compute C with the portable CPU reference; exit 1 on any\n"
@@ -150,6 +153,21 @@ done:
   return s;
 }
 
+/* `--device cpu`: the host's int8 kernel (the ISA chosen from CPUID, every
+ * online CPU); fills c and *wall. */
+static tsr_status_t run_on_host(const gemm_args_t *g, const int8_t *a, const int8_t *w,
+                                int32_t *c, double *wall, tsr_isa_t *isa) {
+  tsr_threadpool_t *pool = NULL;
+  TSR_RETURN_IF(tsr_threadpool_create(0, &pool));
+  *isa = tsr_isa_detect();
+  double t0 = cli_now_s();
+  tsr_qgemm_strided(pool, *isa, c, (size_t)g->n, a, (size_t)g->k, w, (size_t)g->k,
+                    (int32_t)g->m, (int32_t)g->n, (int32_t)g->k);
+  *wall = cli_now_s() - t0;
+  tsr_threadpool_destroy(pool);
+  return TSR_OK;
+}
+
 int tsr_cmd_gemm(int argc, char **argv) {
   gemm_args_t g = {.device = NULL, .m = 0, .n = 0, .k = 0, .seed = 1};
   const int64_t max_dim = (1 << 17) - 1; /* int32 sums stay exact (qgemm.h) */
@@ -203,22 +221,41 @@ int tsr_cmd_gemm(int argc, char **argv) {
 
   int rc = 0;
   tsr_hal_device_t *dev = NULL;
-  tsr_status_t s = tsr_hal_open(g.device, &dev);
   tsr_hal_caps_t caps;
+  memset(&caps, 0, sizeof caps);
   tsr_hal_result_t res = {0};
   uint32_t n_desc = 0;
   double wall = 0;
-  if (!s) {
-    dev->vt->query_caps(dev, &caps);
-    s = run_on_device(dev, &caps, &g, a, w, c, &res, &n_desc, &wall);
+  const bool host = !strcmp(g.device, "cpu");
+  tsr_status_t s = TSR_OK;
+  if (host) {
+    tsr_isa_t isa = TSR_ISA_PORTABLE;
+    s = run_on_host(&g, a, w, c, &wall, &isa);
+    if (!s) {
+      printf("checksum 0x%016" PRIx64 "\n", cli_fnv1a_i32(CLI_FNV1A_BASIS, c, M * N));
+      printf("device      cpu (the host int8 kernel, %s)\n", tsr_isa_name(isa));
+      printf("shape       M=%zu N=%zu K=%zu\n", M, N, K);
+      printf("wall        %.6f s host time of the kernel\n", wall);
+    }
+  } else if (!strncmp(g.device, "cpu:", 4)) {
+    s = TSR_ERR(INVALID_ARGUMENT, "--device '%s': cpu is the host and takes no options "
+                "(the kernel's functional model is 'fmodel%s')", g.device, g.device + 3);
+  } else {
+    s = tsr_hal_open(g.device, &dev);
+    if (!s) {
+      dev->vt->query_caps(dev, &caps);
+      s = run_on_device(dev, &caps, &g, a, w, c, &res, &n_desc, &wall);
+    }
   }
   if (s) {
     rc = cli_fail(CMD, s);
     goto out;
   }
+  if (host) goto check;
 
   bool is_sim = !strncmp(g.device, "sim", 3) && (g.device[3] == '\0' || g.device[3] == ':');
-  bool is_cpu = !strncmp(g.device, "cpu", 3) && (g.device[3] == '\0' || g.device[3] == ':');
+  bool is_fm =
+      !strncmp(g.device, "fmodel", 6) && (g.device[6] == '\0' || g.device[6] == ':');
   double array = (double)caps.array_rows * caps.array_cols;
   double util = res.cycles ? (double)res.macs / ((double)res.cycles * array) : 0;
   double proj = caps.clock_hz > 0 ? (double)res.cycles / caps.clock_hz : 0;
@@ -229,7 +266,7 @@ int tsr_cmd_gemm(int argc, char **argv) {
   printf("device      %s\n", caps.name);
   printf("shape       M=%zu N=%zu K=%zu, %u descriptor(s) in one launch\n", M, N, K, n_desc);
   printf("cycles      %" PRIu64 " (%s), %" PRIu64 " stalled on memory\n", res.cycles,
-         is_sim ? "from the RTL" : is_cpu ? "modeled by the functional model"
+         is_sim ? "from the RTL" : is_fm ? "modeled by the functional model"
                                           : "as reported by the device",
          res.stall_cycles);
   printf("macs        %" PRIu64 "\n", res.macs);
@@ -243,11 +280,12 @@ int tsr_cmd_gemm(int argc, char **argv) {
   printf("projected   %.6f ms at %.0f MHz (device time from cycles)\n", 1e3 * proj,
          caps.clock_hz / 1e6);
   printf("wall        %.6f s %s (host time, not hardware speed)\n", wall,
-         is_sim ? "simulation wall time" : is_cpu ? "functional-model wall time"
+         is_sim ? "simulation wall time" : is_fm ? "functional-model wall time"
                                                   : "wall time of submit + wait");
   if (is_sim && wall > 0)
     printf("sim speed   %.0f cycles/s\n", (double)res.cycles / wall);
 
+check:
   if (g.check && (caps.flags & TSR_HAL_CAP_NO_COMPUTE)) {
     printf("check       skipped: the device computes nothing\n");
   } else if (g.check) {

@@ -31,8 +31,9 @@ void tsr_ctx_warn(const tsr_context_t *ctx, const char *fmt, ...) {
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-/* True if `tok` (up to `len` bytes) starts a new device entry: "cpu",
- * "fmodel" or a backend name, optionally followed by ":options". */
+/* True if `tok` (up to `len` bytes) starts a new device entry: "cpu" (the
+ * host) or a HAL backend name ("fmodel", "sim", ...), optionally followed
+ * by ":options". */
 static bool starts_entry(const char *tok, size_t len) {
   size_t n = 0;
   while (n < len && tok[n] != ':') n++;
@@ -40,7 +41,7 @@ static bool starts_entry(const char *tok, size_t len) {
   if (n == 0 || n >= sizeof name) return false;
   memcpy(name, tok, n);
   name[n] = '\0';
-  return !strcmp(name, "cpu") || !strcmp(name, "fmodel") || tsr_hal_find(name) != NULL;
+  return !strcmp(name, "cpu") || tsr_hal_find(name) != NULL;
 }
 
 /* Splits the device list into entries. Commas separate entries and also the
@@ -94,12 +95,6 @@ static tsr_status_t open_devices(tsr_context_t *ctx) {
       snprintf(d->name, sizeof d->name, "cpu");
       continue;
     }
-    /* "fmodel" is the kernel's functional model, the HAL backend "cpu". */
-    char hal_spec[sizeof d->spec + 8];
-    if (!strncmp(d->spec, "fmodel", 6) && (d->spec[6] == '\0' || d->spec[6] == ':'))
-      snprintf(hal_spec, sizeof hal_spec, "cpu%s", d->spec + 6);
-    else
-      snprintf(hal_spec, sizeof hal_spec, "%s", d->spec);
     /* Name: the backend and how many entries of that backend came before. */
     size_t name_len = strcspn(d->spec, ":");
     int index = 0;
@@ -108,7 +103,7 @@ static tsr_status_t open_devices(tsr_context_t *ctx) {
                !strncmp(ctx->devs[j].spec, d->spec, name_len);
     snprintf(d->name, sizeof d->name, "%.*s%d", (int)(name_len > 30 ? 30 : name_len), d->spec,
              index);
-    tsr_status_t s = tsr_hal_open(hal_spec, &d->hal);
+    tsr_status_t s = tsr_hal_open(d->spec, &d->hal);
     if (s) {
       snprintf(d->unavailable, sizeof d->unavailable, "%s", tsr_status_message(s));
       if (!ctx->opts.fallback)

@@ -5,7 +5,7 @@
  * driver/usb/usb_proto.h: it takes the frames the host sends on the bulk
  * OUT pipe (tsr_usb_board_receive) and hands out the frames for the bulk IN
  * pipe (tsr_usb_board_transmit). Behind it sits a HAL device used as the
- * kernel: "cpu" (the functional model, driver/kernel_model) or "sim" (the
+ * kernel: "fmodel" (the functional model, driver/kernel_model) or "sim" (the
  * Verilator RTL), so the board computes exactly what those backends do.
  * Launches run on a worker thread of the board; STATUS reports on them.
  *
@@ -39,7 +39,7 @@
 typedef struct tsr_usb_board tsr_usb_board_t;
 
 typedef struct tsr_usb_board_config {
-  const char *engine;   /* HAL spec of the kernel, e.g. "cpu:mem=128M" */
+  const char *engine;   /* HAL spec of the kernel, e.g. "fmodel:mem=128M" */
   const char *kind;     /* reported to the host: "model" or "rtl"     */
   uint64_t mem_size;    /* device memory the board offers             */
   const char *faults;   /* fault spec as above, NULL for none         */

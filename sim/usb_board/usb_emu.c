@@ -187,7 +187,7 @@ static tsr_status_t make_board(void) {
                                 1u << 20, 1ull << 34, &mem));
   char engine[96];
   if (!strcmp(kind, "model")) {
-    snprintf(engine, sizeof engine, "cpu:mem=%" PRIu64, mem);
+    snprintf(engine, sizeof engine, "fmodel:mem=%" PRIu64, mem);
   } else if (!strcmp(kind, "rtl")) {
     snprintf(engine, sizeof engine, "sim:mem=%" PRIu64, mem);
   } else {

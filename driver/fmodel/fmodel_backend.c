@@ -1,0 +1,296 @@
+/*
+ * fmodel_backend.c - backend "fmodel": the functional model (driver/kernel_model.h)
+ * as a device.
+ *
+ * The device owns a host allocation that plays device memory, a devmem
+ * allocator over it, the shared command queue (driver/queue.h: fences,
+ * completions, deadlines, reset) and one worker thread that takes the
+ * queue's launches in order and executes them, like a kernel draining its
+ * command queue. Every call is safe from any thread: the queue and the
+ * allocator have their own locks, copies are plain memcpy (touching memory
+ * a running launch uses is the caller's race, as on hardware). Cycle counts are
+ * modeled; link and launch costs in the caps describe a PCIe board, since
+ * the model stands in for one.
+ *
+ * Options ("fmodel:key=value,..."):
+ *   mem=SIZE       device memory (default 256M; K/M/G suffixes)
+ *   base=ADDR      device address of the first byte (default 0x80000000)
+ *   rows=, cols=   modeled array geometry (default 16x16)
+ *   clock=MHZ      modeled kernel clock (default 300)
+ *   bw=BYTES       modeled memory bytes per cycle (default 64)
+ *   latency=CYC    modeled memory latency in cycles (default 40)
+ *   threads=N      host threads executing GEMMs (default 1: the worker
+ *                  alone; 0 = one per online CPU)
+ *   fail=N         command N (the N-th submit, counting from 1) completes
+ *                  with hw_status AXI_ERROR, having done nothing
+ *   hang=N         command N never completes: wait() times out, later
+ *                  commands queue behind it, reset() recovers
+ *   lost           open succeeds, then every call fails with UNAVAILABLE
+ *                  (a device that fell off the bus)
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/kernel_model.h"
+
+#include "driver/devmem.h"
+#include "driver/hal_impl.h"
+#include "driver/queue.h"
+#include "base/status.h"
+
+typedef struct fm_device {
+  tsr_hal_device_t base; /* must be first */
+  tsr_km_timing_t timing;
+  tsr_km_memory_t mem; /* data owned (aligned_alloc) */
+  tsr_devmem_t *dm;
+  int threads;            /* option threads=                            */
+  tsr_threadpool_t *pool; /* owned; NULL when threads == 1              */
+  uint64_t fail_at, hang_at; /* 1-based command numbers, 0 = never */
+  bool lost;              /* set at open only                           */
+
+  tsr_queue_t q;          /* fences, completions, the lock (queue.h)    */
+  pthread_t worker;
+  bool worker_started;
+} fm_device_t;
+
+#define FM_NAME "fmodel"
+
+static fm_device_t *as_fm(tsr_hal_device_t *d) { return (fm_device_t *)d; }
+
+static tsr_status_t lost_status(void) {
+  return TSR_ERR(UNAVAILABLE, "fmodel: device lost (fault injection option 'lost')");
+}
+
+/* The worker: executes launches in fence order, like a kernel draining its
+ * command queue. The model runs without the queue's lock. */
+static void *worker_main(void *arg) {
+  fm_device_t *dev = arg;
+  uint64_t fence = 0;
+  tsr_hal_command_t cmd;
+  while (tsr_queue_worker_next(&dev->q, &fence, &cmd)) {
+    if (dev->hang_at == fence) { /* stays hung until reset() */
+      tsr_queue_worker_hang(&dev->q, fence);
+      continue;
+    }
+    tsr_hal_result_t res;
+    if (dev->fail_at == fence) {
+      memset(&res, 0, sizeof res);
+      res.hw_status = TSR_HWERR_AXI_ERROR;
+      res.cycles = tsr_km_launch_cycles(&dev->timing);
+    } else {
+      tsr_km_execute(&dev->timing, &dev->mem, &cmd, dev->pool, &res);
+    }
+    tsr_queue_worker_done(&dev->q, fence, &res);
+  }
+  return NULL;
+}
+
+static void hang_note(void *impl, tsr_queue_t *q, uint64_t fence, char *buf, size_t cap) {
+  const tsr_queue_cmd_t *c = tsr_queue_cmd(q, fence);
+  if (c && c->state == TSR_QUEUE_STARTED && q->stalled)
+    snprintf(buf, cap, " (the device hung; reset it)");
+}
+
+static const tsr_queue_ops_t fm_queue_ops = {.pending_note = hang_note};
+
+static void fm_close(tsr_hal_device_t *d) {
+  fm_device_t *dev = as_fm(d);
+  if (!dev) return;
+  if (dev->worker_started) {
+    tsr_queue_stop(&dev->q);
+    pthread_join(dev->worker, NULL);
+  }
+  tsr_queue_destroy(&dev->q);
+  tsr_threadpool_destroy(dev->pool);
+  tsr_devmem_destroy(dev->dm);
+  free(dev->mem.data);
+  free(dev);
+}
+
+static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
+  const char *cur = options;
+  char key[32], val[128];
+  tsr_status_t err = TSR_OK;
+  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
+    uint64_t u = 0;
+    double f = 0;
+    if (!strcmp(key, "mem")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 4096, 1ull << 36, &u));
+      dev->mem.size = u;
+    } else if (!strcmp(key, "base")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 0, 1ull << 62, &u));
+      if (u % 4096)
+        return TSR_ERR(INVALID_ARGUMENT, "fmodel: option base=0x%" PRIx64
+                       " must be 4096-byte aligned", u);
+      dev->mem.base = u;
+    } else if (!strcmp(key, "rows")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, 255, &u));
+      dev->timing.rows = (uint32_t)u;
+    } else if (!strcmp(key, "cols")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, 255, &u));
+      dev->timing.cols = (uint32_t)u;
+    } else if (!strcmp(key, "clock")) {
+      TSR_RETURN_IF(tsr_hal_opt_f64(FM_NAME, key, val, 1, 5000, &f));
+      dev->timing.clock_hz = f * 1e6;
+    } else if (!strcmp(key, "bw")) {
+      TSR_RETURN_IF(tsr_hal_opt_f64(FM_NAME, key, val, 1.0 / 64, 4096, &f));
+      dev->timing.mem_bytes_per_cycle = f;
+    } else if (!strcmp(key, "latency")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 0, 100000, &u));
+      dev->timing.mem_latency = (uint32_t)u;
+    } else if (!strcmp(key, "threads")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 0, 1024, &u));
+      dev->threads = (int)u;
+    } else if (!strcmp(key, "fail")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, UINT64_MAX, &dev->fail_at));
+    } else if (!strcmp(key, "hang")) {
+      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, UINT64_MAX, &dev->hang_at));
+    } else if (!strcmp(key, "lost")) {
+      if (val[0]) return TSR_ERR(INVALID_ARGUMENT, "fmodel: option 'lost' takes no value");
+      dev->lost = true;
+    } else {
+      return TSR_ERR(INVALID_ARGUMENT,
+                     "fmodel: unknown option '%s' (known: mem, base, rows, cols, clock, bw, "
+                     "latency, threads, fail, hang, lost)", key);
+    }
+  }
+  return err;
+}
+
+static tsr_status_t fm_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
+  *out = NULL;
+  if (params && params->index != 0)
+    return TSR_ERR(NOT_FOUND, "fmodel: there is one fmodel device (index 0), not index %d",
+                   params->index);
+  fm_device_t *dev = calloc(1, sizeof *dev);
+  if (!dev) return TSR_ERR(RESOURCE_EXHAUSTED, "fmodel: out of host memory");
+  dev->base.vt = &tsr_hal_fmodel_vtable;
+  tsr_km_timing_init(&dev->timing);
+  dev->mem.base = 0x80000000ull;
+  dev->mem.size = 256ull << 20;
+  dev->threads = 1;
+  tsr_status_t s = parse_options(dev, params ? params->options : NULL);
+  if (!s && dev->threads != 1) s = tsr_threadpool_create(dev->threads, &dev->pool);
+  if (s) {
+    fm_close(&dev->base);
+    return s;
+  }
+  dev->mem.size &= ~(uint64_t)4095;
+  dev->mem.data = aligned_alloc(4096, dev->mem.size);
+  if (!dev->mem.data) {
+    fm_close(&dev->base);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "fmodel: cannot allocate %" PRIu64
+                   " bytes of device memory on the host", dev->mem.size);
+  }
+  memset(dev->mem.data, 0, dev->mem.size);
+  s = tsr_devmem_create(dev->mem.base, dev->mem.size, &dev->dm);
+  tsr_queue_config_t qc = {.name = FM_NAME, .ops = &fm_queue_ops, .impl = dev};
+  if (!s) s = tsr_queue_init(&dev->q, &qc);
+  if (s) {
+    fm_close(&dev->base);
+    return s;
+  }
+  int rc = pthread_create(&dev->worker, NULL, worker_main, dev);
+  if (rc) {
+    fm_close(&dev->base);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "fmodel: cannot start the worker thread (%s)",
+                   strerror(rc));
+  }
+  dev->worker_started = true;
+  *out = &dev->base;
+  return TSR_OK;
+}
+
+static void fm_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
+  fm_device_t *dev = as_fm(d);
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "fmodel (functional model, %ux%u)%s", dev->timing.rows,
+           dev->timing.cols, dev->lost ? " [lost]" : "");
+  out->array_rows = dev->timing.rows;
+  out->array_cols = dev->timing.cols;
+  out->max_dim = TSR_HW_MAX_DIM;
+  out->mem_size = dev->mem.size;
+  out->clock_hz = dev->timing.clock_hz;
+  out->mem_bytes_per_cycle = dev->timing.mem_bytes_per_cycle;
+  tsr_hal_caps_pcie_defaults(out); /* the model stands for a PCIe board */
+  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+}
+
+static tsr_status_t fm_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
+                              tsr_hal_buffer_t *out) {
+  fm_device_t *dev = as_fm(d);
+  memset(out, 0, sizeof *out);
+  if (dev->lost) return lost_status();
+  return tsr_devmem_buffer_alloc(dev->dm, FM_NAME, size, align, out);
+}
+
+static void fm_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
+  fm_device_t *dev = as_fm(d);
+  if (dev->lost) {
+    /* Leave the allocator alone on a lost device; only empty the buffer. */
+    if (buf && buf->size) {
+      buf->addr = 0;
+      buf->size = 0;
+    }
+    return;
+  }
+  tsr_devmem_buffer_free(dev->dm, buf);
+}
+
+static tsr_status_t fm_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
+                              uint64_t offset, const void *src, size_t n) {
+  fm_device_t *dev = as_fm(d);
+  if (dev->lost) return lost_status();
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, FM_NAME, buf, offset, n, "write"));
+  if (n) memcpy(dev->mem.data + (buf->addr - dev->mem.base) + offset, src, n);
+  return TSR_OK;
+}
+
+static tsr_status_t fm_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
+                             uint64_t offset, void *dst, size_t n) {
+  fm_device_t *dev = as_fm(d);
+  if (dev->lost) return lost_status();
+  TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, FM_NAME, buf, offset, n, "read"));
+  if (n) memcpy(dst, dev->mem.data + (buf->addr - dev->mem.base) + offset, n);
+  return TSR_OK;
+}
+
+static tsr_status_t fm_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                              uint64_t *out_fence) {
+  fm_device_t *dev = as_fm(d);
+  *out_fence = 0;
+  if (dev->lost) return lost_status();
+  return tsr_queue_submit(&dev->q, cmd, out_fence);
+}
+
+static tsr_status_t fm_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
+                            tsr_hal_result_t *out) {
+  fm_device_t *dev = as_fm(d);
+  if (out) memset(out, 0, sizeof *out);
+  if (dev->lost) return lost_status();
+  return tsr_queue_wait(&dev->q, fence, timeout_ns, out);
+}
+
+static tsr_status_t fm_reset(tsr_hal_device_t *d) {
+  fm_device_t *dev = as_fm(d);
+  if (dev->lost) return lost_status();
+  return tsr_queue_reset(&dev->q);
+}
+
+const tsr_hal_vtable_t tsr_hal_fmodel_vtable = {
+    .name = FM_NAME,
+    .open = fm_open,
+    .close = fm_close,
+    .query_caps = fm_query_caps,
+    .alloc = fm_alloc,
+    .free = fm_free,
+    .write = fm_write,
+    .read = fm_read,
+    .submit = fm_submit,
+    .wait = fm_wait,
+    .reset = fm_reset,
+};
