@@ -215,7 +215,7 @@ static void backends_bit_exact(const char *device, const char *name) {
   }
 }
 
-static void test_fmodel_bit_exact(void) { backends_bit_exact("cpu", "the functional model"); }
+static void test_fmodel_bit_exact(void) { backends_bit_exact("fmodel", "the functional model"); }
 
 static void test_rtl_bit_exact(void) {
   const char *why = rtl_missing();
@@ -247,7 +247,7 @@ static void test_masks_empty_rows_single_blocks(void) {
   TSR_ASSERT_OK(tsr_attn_pattern_parse("dense,block:8", &pat));
   result_t host, fm;
   CU_ASSERT_TRUE(run(&x, &pat, NULL, odd_mask, NULL, &host));
-  CU_ASSERT_TRUE(run(&x, &pat, "cpu", odd_mask, NULL, &fm));
+  CU_ASSERT_TRUE(run(&x, &pat, "fmodel", odd_mask, NULL, &fm));
   expect_identical(&host, &fm, "custom mask on the functional model");
   /* empty rows give zeros; single-block rows a convex mix of block 0's values */
   for (int32_t t = 0; t < S; t++) {
@@ -290,7 +290,7 @@ static void test_full_mask_is_dense(void) {
   TSR_ASSERT_OK(tsr_attn_pattern_parse("dense,block:8", &pat));
   result_t dense, full;
   CU_ASSERT_TRUE(run(&x, &pat, NULL, NULL, NULL, &dense));
-  CU_ASSERT_TRUE(run(&x, &pat, "cpu", full_mask, NULL, &full));
+  CU_ASSERT_TRUE(run(&x, &pat, "fmodel", full_mask, NULL, &full));
   expect_identical(&dense, &full, "full mask vs dense");
   /* vs fp32 dense causal attention of the unquantized data */
   double max_err = 0, sum = 0;
