@@ -3,8 +3,8 @@
  *
  * This is the only header an application includes. It declares:
  *   - one status type (tsr_status_t) returned by every fallible function;
- *   - opaque, typed handles: tsr_context_t, tsr_model_t, tsr_session_t,
- *     tsr_sampler_t;
+ *   - opaque, typed handles: tsr_context_t, tsr_model_t, tsr_engine_t,
+ *     tsr_seq_t, tsr_batch_t, tsr_session_t, tsr_sampler_t;
  *   - create/destroy pairs with ownership stated on every declaration.
  *
  * Conventions
@@ -20,6 +20,18 @@
  *     from it is destroyed.
  *   - The library never calls exit() or abort() on bad input; it returns a
  *     status whose message names the file, offset, field or dimension.
+ *
+ * Threads
+ *   - A context, a model and an engine may be used from several threads at
+ *     once: create sequences and sessions, evaluate batches, read stats.
+ *     Evaluations of one engine run one at a time (a second caller waits);
+ *     engines and sessions on one context share its devices, whose commands
+ *     are serialized per device, and its thread pool.
+ *   - A sequence, a batch, a session or a sampler is used by one thread at
+ *     a time (the caller's to ensure).
+ *   - Objects are destroyed after every use of them has returned, in the
+ *     reverse order of creation (sequences and sessions before their engine
+ *     or model, models before their context).
  */
 #ifndef TESSERA_H
 #define TESSERA_H
@@ -91,11 +103,22 @@ typedef enum tsr_offload {
   TSR_OFFLOAD_NONE = 2, /* none: the CPU reference path                    */
 } tsr_offload_t;
 
+/* How a list of several devices shares the work of a batch. */
+typedef enum tsr_split {
+  TSR_SPLIT_LAYERS = 0, /* each entry takes a contiguous range of layers
+                           (model parallelism; activations pass through
+                           the host from one entry to the next)           */
+  TSR_SPLIT_ROWS = 1,   /* every device entry holds every layer's weights
+                           and takes a share of each batch's rows (data
+                           parallelism); "cpu" entries take a share on the
+                           host                                           */
+} tsr_split_t;
+
 typedef struct tsr_context_options {
   /* Worker threads for CPU kernels; 0 = one per online CPU. */
   int n_threads;
   /* Comma-separated device list; layers are split across the entries in
-   * order (model parallelism). "cpu" is the host; other entries are device
+   * order (model parallelism), or rows with `split`. "cpu" is the host; other entries are device
    * backends with optional options: "sim", "sim:latency=80", "opencl",
    * "xrt", "usb", "fmodel" (the functional model of the kernel).
    * Examples: "cpu", "sim", "sim,sim", "sim,cpu". NULL = "cpu". Borrowed. */
@@ -119,6 +142,8 @@ typedef struct tsr_context_options {
   const char *trace_path;
   /* No warnings on stderr (fallbacks are still counted in the stats). */
   bool quiet;
+  /* How several devices share a batch (default TSR_SPLIT_LAYERS). */
+  tsr_split_t split;
 } tsr_context_options_t;
 
 /* Fills `opts` with defaults (all threads, "cpu", fallback on). */
@@ -251,6 +276,10 @@ typedef struct tsr_session_options {
    * are placed on a device or the host by the partitioner's cost model,
    * independently of `precision`. */
   tsr_attn_pattern_t attn;
+  /* Rows (tokens of all sequences together) per forward pass; larger
+   * batches run as several passes. 0 = 64 for a session, 256 for an
+   * engine. Range [1, 4096]. */
+  int32_t max_batch_rows;
 } tsr_session_options_t;
 
 TSR_API void tsr_session_options_init(tsr_session_options_t *opts);
@@ -310,6 +339,87 @@ TSR_API void tsr_session_print_stats(const tsr_session_t *session, FILE *f);
 TSR_API int32_t tsr_session_pos(const tsr_session_t *session);
 /* Forgets the KV cache (position 0). */
 TSR_API void tsr_session_reset(tsr_session_t *session);
+
+/* ------------------------------------------------------------------------ */
+/* Engine, sequences and batches: many sequences in one forward pass         */
+/* ------------------------------------------------------------------------ */
+
+/* An engine holds what the sequences of one model share: the planned
+ * graph, the weights resident on the devices, the staging buffers. A
+ * sequence is one stream of tokens: its KV cache and position. A batch is
+ * any mix of prefill chunks and decode steps of many sequences, evaluated
+ * in one forward pass: matmuls take the rows of every entry stacked (one
+ * GEMM, one device launch per matmul group), attention runs per sequence
+ * over its own cache.
+ *
+ * Equality: an entry's logits do not depend on the other entries of its
+ * batch. With int8 precision they are bit-identical to those of the same
+ * sequence evaluated alone with the same chunks; with fp32 the BLAS kernel
+ * may round differently for a different number of rows (observed: none on
+ * the shipped models; the tests allow 1e-4 of the logits' range). With the
+ * topk attention pattern the key blocks chosen for a query block depend on
+ * the rows of that block evaluated together, so equality holds for the same
+ * chunking of the sequence (any other pattern: any chunking). */
+typedef struct tsr_engine tsr_engine_t;
+typedef struct tsr_seq tsr_seq_t;
+typedef struct tsr_batch tsr_batch_t;
+
+/* Creates an engine on `model` (must outlive it) with the precision,
+ * attention pattern, context length per sequence and rows per pass of
+ * `opts` (borrowed, NULL for defaults; tsr_session_options_init). Weights
+ * are quantized and uploaded here. The caller owns *out_engine. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_engine_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                  tsr_engine_t **out_engine);
+/* Releases `engine`; its sequences must be destroyed first. NULL accepted. */
+TSR_API void tsr_engine_destroy(tsr_engine_t *engine);
+
+/* A new sequence at position 0 with a KV cache of the engine's max_seq
+ * positions (host, and device memory where the plan runs attention on a
+ * device). The caller owns *out_seq; the engine must outlive it. */
+TSR_API TSR_MUST_USE tsr_status_t tsr_seq_create(tsr_engine_t *engine, tsr_seq_t **out_seq);
+/* Releases `seq` (NULL accepted). Other sequences are unaffected. */
+TSR_API void tsr_seq_destroy(tsr_seq_t *seq);
+/* Forgets the sequence's cache (position 0). */
+TSR_API void tsr_seq_reset(tsr_seq_t *seq);
+/* Positions already in the sequence's cache. */
+TSR_API int32_t tsr_seq_pos(const tsr_seq_t *seq);
+
+/* A batch of up to `max_entries` entries (grows as needed if 0). The
+ * caller owns *out_batch (tsr_batch_destroy). */
+TSR_API TSR_MUST_USE tsr_status_t tsr_batch_create(size_t max_entries, tsr_batch_t **out_batch);
+TSR_API void tsr_batch_destroy(tsr_batch_t *batch);
+/* Empties the batch (entries and logits). */
+TSR_API void tsr_batch_clear(tsr_batch_t *batch);
+/* Adds an entry: `n` tokens (copied) of `seq` at its next positions;
+ * n == 1 is a decode step, n > 1 a prefill chunk. `want_logits` asks for
+ * the logits of the entry's last token. A sequence appears at most once
+ * per batch. *out_index (optional) receives the entry's index. */
+TSR_API TSR_MUST_USE tsr_status_t
+tsr_batch_add(tsr_batch_t *batch, tsr_seq_t *seq, const int32_t *tokens, size_t n,
+              bool want_logits, size_t *out_index);
+/* Entries in the batch. */
+TSR_API size_t tsr_batch_size(const tsr_batch_t *batch);
+
+/* Evaluates every entry of `batch` on `engine` (the engine of each entry's
+ * sequence) in one forward pass, or several when the batch has more rows
+ * than the engine's max_batch_rows; each sequence's position advances by
+ * its entry's tokens. On error no sequence of the failed pass advances
+ * (passes before it did; the message names the entries of the failed
+ * pass). */
+TSR_API TSR_MUST_USE tsr_status_t tsr_engine_eval(tsr_engine_t *engine, tsr_batch_t *batch);
+/* Logits (vocab_size floats) of entry `index`'s last token after
+ * tsr_engine_eval, or NULL if the entry did not ask for them or the index
+ * is out of range. Borrowed: valid until the batch is cleared, destroyed
+ * or evaluated again. */
+TSR_API const float *tsr_batch_logits(const tsr_batch_t *batch, size_t index);
+
+/* Like the tsr_session_* reports, for the engine (all its sequences). The
+ * plan shows the placement for every batch size the partitioner costed,
+ * so where the devices start to pay as the batch grows. */
+TSR_API void tsr_engine_print_plan(const tsr_engine_t *engine, FILE *f);
+TSR_API void tsr_engine_print_stats(const tsr_engine_t *engine, FILE *f);
+TSR_API void tsr_engine_get_stats(const tsr_engine_t *engine, tsr_session_stats_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Offload: devices, buffers and int8 GEMM commands for any application     */

@@ -133,6 +133,12 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
     return TSR_ERR(INVALID_ARGUMENT, "context: retries %d outside [0, 100]", opts->retries);
   if ((unsigned)opts->offload > TSR_OFFLOAD_NONE)
     return TSR_ERR(INVALID_ARGUMENT, "context: unknown offload policy %d", (int)opts->offload);
+  if ((unsigned)opts->split > TSR_SPLIT_ROWS)
+    return TSR_ERR(INVALID_ARGUMENT, "context: unknown split %d (layers 0, rows 1)",
+                   (int)opts->split);
+  if (opts->split == TSR_SPLIT_ROWS && opts->placement && *opts->placement)
+    return TSR_ERR(INVALID_ARGUMENT, "context: placement overrides name one device per op, "
+                                     "which --split rows does not have");
   tsr_context_t *ctx = calloc(1, sizeof(*ctx));
   if (!ctx) return TSR_ERR(RESOURCE_EXHAUSTED, "context");
   ctx->opts = *opts;

@@ -1,7 +1,15 @@
 /*
- * exec.c - the executor: runs planned matmul groups on the host or streams
- * them to a device as row tiles (see offload.h), with fallback, statistics
- * and tracing.
+ * exec.c - the executor: resident weights, staging, and the one launch /
+ * reset / retry / fallback path that matmul groups and int8 attention share
+ * (see offload.h).
+ *
+ * A launch on a device is: the A operand up (one copy), the descriptor ring
+ * up (one copy), one command over a window that covers the staging and the
+ * buffers the descriptors read, and C back (one copy). A matmul group over
+ * a batch of R rows is one launch per device it runs on, its ring carrying
+ * every (member, column chunk, row chunk) descriptor. With the rows split
+ * over several devices, every device's launch is queued before any is
+ * waited for, and the host's own share runs meanwhile.
  */
 #include <cblas.h>
 #include <inttypes.h>
@@ -9,15 +17,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devio.h"
 #include "offload.h"
 #include "trace.h"
 
-#define TSR_MAX_FAILURES 3 /* consecutive failed tiles before a device is lost */
+#define TSR_MAX_FAILURES 3 /* consecutive failed launches before a device is lost */
 
-/* Counts one host<->device copy for the link model in the stats. */
-static inline void note_xfer(tsr_exec_dev_t *d, uint64_t bytes) {
-  d->xfers++;
-  d->xfer_bytes += bytes;
+/* Batch sizes an engine plans for: powers of two up to its rows per pass. */
+#define TSR_PLAN_MAX 16
+
+static size_t weight_index(const tsr_exec_t *o, const tsr_node_t *n, int dev) {
+  int32_t layer = n->layer < 0 ? o->model->cfg.n_layers : n->layer;
+  return ((size_t)layer * TSR_MM_COUNT + n->role) * (size_t)o->n_devs + (size_t)dev;
 }
 
 /* Widens the window [*lo, *hi) to cover buffer b. */
@@ -26,33 +37,31 @@ static inline void window_cover(uint64_t *lo, uint64_t *hi, const tsr_hal_buffer
   if (b->addr + b->size > *hi) *hi = b->addr + b->size;
 }
 
-static size_t weight_index(const tsr_exec_t *o, const tsr_node_t *n) {
-  int32_t layer = n->layer < 0 ? o->model->cfg.n_layers : n->layer;
-  return (size_t)layer * TSR_MM_COUNT + n->role;
+static int32_t row_chunk(const tsr_exec_dev_t *d) {
+  return d->cd->caps.max_dim ? (int32_t)d->cd->caps.max_dim : 4096;
 }
 
-static void free_slots(tsr_exec_dev_t *d) {
-  tsr_hal_device_t *h = d->cd->hal;
-  for (int s = 0; s < 2; s++) {
-    if (d->a[s].size) h->vt->free(h, &d->a[s]);
-    if (d->c[s].size) h->vt->free(h, &d->c[s]);
-    if (d->ring[s].size) h->vt->free(h, &d->ring[s]);
-    memset(&d->a[s], 0, sizeof d->a[s]);
-    memset(&d->c[s], 0, sizeof d->c[s]);
-    memset(&d->ring[s], 0, sizeof d->ring[s]);
-  }
+static void free_staging(tsr_exec_dev_t *d) {
+  tsr_dio_free(d, &d->a);
+  tsr_dio_free(d, &d->c);
+  tsr_dio_free(d, &d->ring);
+  free(d->ring_host);
+  d->ring_host = NULL;
 }
 
-/* Staging slots on device d, sized for the largest group of either graph. */
-static tsr_status_t alloc_slots(tsr_exec_t *o, tsr_exec_dev_t *d) {
-  tsr_hal_device_t *h = d->cd->hal;
-  int32_t rows = tsr_tile_rows(&d->cd->caps, o->prefill.T);
-  d->a_cap = (uint64_t)rows * (uint64_t)o->k_max;
-  d->c_cap = (uint64_t)rows * (uint64_t)o->group_n_max * 4;
-  d->ring_cap = (uint64_t)o->desc_max * TSR_HW_DESC_BYTES;
+/* Staging on device d for the largest launch of either kind. */
+static tsr_status_t alloc_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
+  const int32_t R = o->max_rows;
+  /* matmul: A = R rows of the widest input; C = R rows of the widest group;
+   * ring: every member's column chunks times row chunks */
+  d->a_cap = (uint64_t)R * (uint64_t)o->k_max;
+  d->c_cap = (uint64_t)R * (uint64_t)o->group_n_max * 4;
+  int32_t ns[1] = {o->group_n_max};
+  d->ring_cap = (uint64_t)(tsr_tile_descs(ns, 1, TSR_TILE_N_CHUNK, R, row_chunk(d)) + 8) *
+                TSR_HW_DESC_BYTES;
   if (o->attn.kind != TSR_ATTN_REFERENCE) {
-    /* attention: phase p (0 scores, 1 PV) uses slot p; A is Qq or P', C the
-     * score or PV partials, the ring one descriptor per pair */
+    /* attention: A is Qq or P', C the score or PV partials, one descriptor
+     * per pair */
     const tsr_attn_work_t *w = &o->attn_work;
     uint64_t qa = (uint64_t)w->d.n_heads * (uint64_t)w->max_rows * (uint64_t)w->d.head_dim;
     uint64_t a = qa > w->s_cap ? qa : w->s_cap;
@@ -62,159 +71,148 @@ static tsr_status_t alloc_slots(tsr_exec_t *o, tsr_exec_dev_t *d) {
     if (c > d->c_cap) d->c_cap = c;
     if (r > d->ring_cap) d->ring_cap = r;
   }
-  if (!d->a_cap) d->a_cap = 64;
-  if (!d->c_cap) d->c_cap = 64;
-  if (!d->ring_cap) d->ring_cap = 64;
-  for (int s = 0; s < 2; s++) {
-    TSR_RETURN_IF(h->vt->alloc(h, d->a_cap, 64, &d->a[s]));
-    TSR_RETURN_IF(h->vt->alloc(h, d->c_cap, 64, &d->c[s]));
-    TSR_RETURN_IF(h->vt->alloc(h, d->ring_cap, 64, &d->ring[s]));
-  }
+  d->ring_host = malloc(d->ring_cap);
+  if (!d->ring_host) return TSR_ERR(RESOURCE_EXHAUSTED, "ring of %" PRIu64 " bytes", d->ring_cap);
+  TSR_RETURN_IF(tsr_dio_alloc(d, d->a_cap, &d->a));
+  TSR_RETURN_IF(tsr_dio_alloc(d, d->c_cap, &d->c));
+  TSR_RETURN_IF(tsr_dio_alloc(d, d->ring_cap, &d->ring));
   return TSR_OK;
 }
 
-/* Uploads the weights of every node a plan put on a device, once. A weight
- * that does not fit moves its node back to the host. */
-static tsr_status_t upload_weights(tsr_exec_t *o, tsr_graph_t *g) {
+/* Uploads the weights of every matmul some plan puts on a device: on that
+ * device, or on every device of a rows split. The partitioner has checked
+ * that they fit; an upload that fails anyway leaves the node to the host
+ * (fallback) or fails the engine. */
+static tsr_status_t upload_weights(tsr_exec_t *o) {
+  const tsr_graph_t *g = &o->graph;
   for (int32_t i = 0; i < g->n_nodes; i++) {
-    tsr_node_t *n = &g->nodes[i];
-    if (n->op != TSR_NODE_MATMUL || n->device < 0) continue;
-    size_t wi = weight_index(o, n);
-    if (o->weight_dev[wi] == n->device) continue;
-    tsr_exec_dev_t *d = &o->devs[n->device];
-    tsr_hal_device_t *h = d->cd->hal;
-    if (o->weight_dev[wi] >= 0) {
-      /* the other plan put it elsewhere: keep one resident copy per node */
-      n->device = o->weight_dev[wi];
-      snprintf(n->cause + strlen(n->cause), sizeof n->cause - strlen(n->cause),
-               "; weights resident on %s", o->devs[n->device].cd->name);
-      continue;
+    const tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_MATMUL) continue;
+    for (int e = 0; e < o->n_devs; e++) {
+      bool want = false;
+      for (int p = 0; p < o->n_plans && !want; p++) {
+        const tsr_place_t *pc = &o->plans[p].at[i];
+        want = pc->device == e ||
+               (pc->device == TSR_PLACE_ROWS && (pc->rows_mask >> e & 1) && !o->devs[e].cd->host);
+      }
+      const size_t wi = weight_index(o, n, e);
+      if (!want || o->weight_on[wi]) continue;
+      tsr_exec_dev_t *d = &o->devs[e];
+      const uint64_t bytes = (uint64_t)n->n * (uint64_t)n->k;
+      pthread_mutex_lock(&d->cd->lock);
+      tsr_status_t s = tsr_dio_alloc(d, bytes, &o->weights[wi]);
+      if (!s) s = tsr_dio_write(o, d, &o->weights[wi], 0, n->w->q.data, bytes, false);
+      if (s) tsr_dio_free(d, &o->weights[wi]);
+      pthread_mutex_unlock(&d->cd->lock);
+      if (s) {
+        if (!o->ctx->opts.fallback)
+          return tsr_status_annotate(s, "uploading %s of layer %d to %s",
+                                     tsr_mm_role_name(n->role), n->layer, d->cd->name);
+        tsr_ctx_warn(o->ctx, "%s: uploading %s of layer %d failed, it runs on the CPU: %s",
+                     d->cd->name, tsr_mm_role_name(n->role), n->layer, tsr_status_message(s));
+        tsr_status_free(s);
+        continue;
+      }
+      o->weight_on[wi] = true;
+      o->weight_bytes += bytes;
     }
-    uint64_t bytes = (uint64_t)n->n * (uint64_t)n->k;
-    tsr_status_t s = h->vt->alloc(h, bytes, 64, &o->weights[wi]);
-    if (!s) s = h->vt->write(h, &o->weights[wi], 0, n->w->q.data, bytes);
-    if (s) {
-      if (o->weights[wi].size) h->vt->free(h, &o->weights[wi]);
-      memset(&o->weights[wi], 0, sizeof o->weights[wi]);
-      if (!o->ctx->opts.fallback)
-        return tsr_status_annotate(s, "uploading %s of layer %d to %s",
-                                   tsr_mm_role_name(n->role), n->layer, d->cd->name);
-      snprintf(n->cause, sizeof n->cause, "weights do not fit on %s: %.120s", d->cd->name,
-               tsr_status_message(s));
-      tsr_status_free(s);
-      n->device = TSR_PLACE_CPU;
-      continue;
-    }
-    o->weight_dev[wi] = n->device;
-    o->weight_bytes += bytes;
   }
   return TSR_OK;
 }
 
-/* Allocates the device copy of the int8 KV cache of every layer whose
- * attention a plan put on a device (one copy per layer, like weights). */
-static tsr_status_t upload_kv(tsr_exec_t *o, tsr_graph_t *g) {
-  for (int32_t i = 0; o->attn.kind != TSR_ATTN_REFERENCE && i < g->n_nodes; i++) {
-    tsr_node_t *n = &g->nodes[i];
-    if (n->op != TSR_NODE_ATTENTION || n->device < 0) continue;
-    const int32_t l = n->layer;
-    if (o->kv_dev[l] == n->device) continue;
-    if (o->kv_dev[l] >= 0) {
-      n->device = o->kv_dev[l];
-      snprintf(n->cause + strlen(n->cause), sizeof n->cause - strlen(n->cause),
-               "; KV cache resident on %s", o->devs[n->device].cd->name);
-      continue;
-    }
-    tsr_exec_dev_t *d = &o->devs[n->device];
-    tsr_hal_device_t *h = d->cd->hal;
-    uint64_t bytes = tsr_attn_kv_bytes(&o->attn_dims);
-    tsr_status_t s = h->vt->alloc(h, bytes, 64, &o->kv_buf[l]);
-    if (s) {
-      memset(&o->kv_buf[l], 0, sizeof o->kv_buf[l]);
-      if (!o->ctx->opts.fallback)
-        return tsr_status_annotate(s, "KV cache of layer %d on %s", l, d->cd->name);
-      snprintf(n->cause, sizeof n->cause, "KV cache does not fit on %s: %.120s", d->cd->name,
-               tsr_status_message(s));
-      tsr_status_free(s);
-      n->device = TSR_PLACE_CPU;
-      continue;
-    }
-    o->kv_dev[l] = n->device;
-    o->kv_ok[l] = true;
-    o->kv_dev_bytes += bytes;
-  }
-  return TSR_OK;
-}
-
-static void size_staging(tsr_exec_t *o, const tsr_graph_t *g) {
+static void size_staging(tsr_exec_t *o) {
+  const tsr_graph_t *g = &o->graph;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL || n->group != i) continue;
-    int32_t ns[8], sum = 0;
-    for (int j = 0; j < n->group_size; j++) {
-      ns[j] = g->nodes[i + j].n;
-      sum += ns[j];
-    }
+    int32_t sum = 0;
+    for (int j = 0; j < n->group_size; j++) sum += g->nodes[i + j].n;
     if (n->k > o->k_max) o->k_max = n->k;
     if (sum > o->group_n_max) o->group_n_max = sum;
-    int32_t d = tsr_tile_descs(ns, n->group_size, TSR_TILE_N_CHUNK);
-    if (d > o->desc_max) o->desc_max = d;
   }
 }
 
-tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precision_t prec,
-                             int32_t prefill_rows, const tsr_attn_pattern_t *attn,
-                             int32_t max_seq, tsr_exec_t **out) {
+static int32_t max3(int32_t a, int32_t b, int32_t c) {
+  int32_t m = a > b ? a : b;
+  return m > c ? m : c;
+}
+
+/* The forward pass's scratch for max_rows rows. */
+static tsr_status_t alloc_scratch(tsr_exec_t *o) {
+  const tsr_model_config_t *c = &o->model->cfg;
+  const size_t R = (size_t)o->max_rows;
+  const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+  const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+  const size_t widest_in = (size_t)max3(c->dim, c->hidden_dim, (int32_t)q_dim);
+  size_t widest_out = (size_t)max3(c->hidden_dim, c->vocab_size, c->dim);
+  if ((size_t)o->group_n_max > widest_out) widest_out = (size_t)o->group_n_max;
+  const int n_threads = tsr_threadpool_size(o->ctx->pool);
+  o->x = malloc(sizeof(float) * R * (size_t)c->dim);
+  o->xb = malloc(sizeof(float) * R * widest_in);
+  o->xb2 = malloc(sizeof(float) * R * (size_t)c->dim);
+  o->hb = malloc(sizeof(float) * R * (size_t)c->hidden_dim);
+  o->hb2 = malloc(sizeof(float) * R * (size_t)c->hidden_dim);
+  o->q = malloc(sizeof(float) * R * q_dim);
+  o->k = malloc(sizeof(float) * R * kv_dim);
+  o->v = malloc(sizeof(float) * R * kv_dim);
+  o->att = malloc(sizeof(float) * (size_t)n_threads * (size_t)o->max_seq);
+  o->logits = malloc(sizeof(float) * R * (size_t)c->vocab_size);
+  o->logit_rows = malloc(sizeof(int32_t) * R);
+  o->qa = malloc(R * widest_in);
+  o->qa_scale = malloc(sizeof(float) * R);
+  o->acc = malloc(sizeof(int32_t) * R * widest_out);
+  if (!o->x || !o->xb || !o->xb2 || !o->hb || !o->hb2 || !o->q || !o->k || !o->v || !o->att ||
+      !o->logits || !o->logit_rows || !o->qa || !o->qa_scale || !o->acc)
+    return TSR_ERR(RESOURCE_EXHAUSTED, "engine: scratch for %zu rows", R);
+  return TSR_OK;
+}
+
+tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                             tsr_exec_t **out) {
   *out = NULL;
+  tsr_context_t *ctx = model->ctx;
+  const tsr_model_config_t *c = &model->cfg;
   tsr_exec_t *o = calloc(1, sizeof(*o));
-  if (!o) return TSR_ERR(RESOURCE_EXHAUSTED, "executor");
+  if (!o) return TSR_ERR(RESOURCE_EXHAUSTED, "engine");
+  pthread_mutex_init(&o->lock, NULL);
   o->ctx = ctx;
   o->model = model;
-  o->precision = prec;
+  o->precision = opts->precision;
+  o->split = ctx->opts.split;
+  o->max_seq = opts->max_seq ? opts->max_seq : c->seq_len;
+  o->max_rows = opts->max_batch_rows;
+  o->attn = opts->attn;
   o->n_devs = ctx->n_devs;
-  const size_t n_w = (size_t)(model->cfg.n_layers + 1) * TSR_MM_COUNT;
+  const size_t n_w = (size_t)(c->n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
   o->devs = calloc((size_t)o->n_devs, sizeof(tsr_exec_dev_t));
-  o->weights = calloc(n_w, sizeof(tsr_hal_buffer_t));
-  o->weight_dev = malloc(sizeof(int) * n_w);
+  o->weights = calloc(n_w ? n_w : 1, sizeof(tsr_hal_buffer_t));
+  o->weight_on = calloc(n_w ? n_w : 1, sizeof(bool));
   tsr_status_t s = TSR_OK;
-  if (!o->devs || !o->weights || !o->weight_dev)
-    s = TSR_ERR(RESOURCE_EXHAUSTED, "executor: %d devices", o->n_devs);
-  for (size_t i = 0; !s && i < n_w; i++) o->weight_dev[i] = -1;
-  if (attn) o->attn = *attn;
+  if (!o->devs || !o->weights || !o->weight_on)
+    s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: %d devices", o->n_devs);
   if (!s && o->attn.kind != TSR_ATTN_REFERENCE) {
-    const tsr_model_config_t *c = &model->cfg;
-    const int32_t L = c->n_layers;
-    o->attn_dims = (tsr_attn_dims_t){c->n_heads, c->n_kv_heads, c->head_dim, max_seq,
+    o->attn_dims = (tsr_attn_dims_t){c->n_heads, c->n_kv_heads, c->head_dim, o->max_seq,
                                      o->attn.block};
-    o->kv8 = calloc((size_t)L, sizeof *o->kv8);
-    o->kv_buf = calloc((size_t)L, sizeof *o->kv_buf);
-    o->kv_dev = malloc(sizeof(int) * (size_t)L);
-    o->kv_ok = calloc((size_t)L, sizeof(bool));
-    if (!o->kv8 || !o->kv_buf || !o->kv_dev || !o->kv_ok)
-      s = TSR_ERR(RESOURCE_EXHAUSTED, "executor: KV caches of %d layers", L);
-    for (int32_t l = 0; !s && l < L; l++) {
-      o->kv_dev[l] = -1;
-      s = tsr_attn_cache_init(&o->kv8[l], &o->attn_dims);
-    }
-    if (!s)
-      s = tsr_attn_work_init(&o->attn_work, &o->attn_dims, &o->attn,
-                             prefill_rows < max_seq ? prefill_rows : max_seq,
-                             tsr_threadpool_size(ctx->pool));
+    s = tsr_attn_work_init(&o->attn_work, &o->attn_dims, &o->attn,
+                           o->max_rows < o->max_seq ? o->max_rows : o->max_seq,
+                           tsr_threadpool_size(ctx->pool));
   }
-  if (!s) s = tsr_graph_build(model, 1, &o->decode);
-  if (!s) s = tsr_graph_build(model, prefill_rows, &o->prefill);
+  if (!s) s = tsr_graph_build(model, &o->graph);
   if (!s) {
-    size_staging(o, &o->decode);
-    size_staging(o, &o->prefill);
+    size_staging(o);
+    s = alloc_scratch(o);
   }
   tsr_trace_t *tr = ctx->trace;
   o->track_cpu = tsr_trace_track(tr, "host: ops");
   o->track_copy = tsr_trace_track(tr, "host<->device copies");
+  const bool int8_work = o->precision == TSR_PRECISION_INT8 || o->attn.kind != TSR_ATTN_REFERENCE;
   for (int i = 0; !s && i < o->n_devs; i++) {
     tsr_exec_dev_t *d = &o->devs[i];
     d->cd = &ctx->devs[i];
     if (!d->cd->hal) continue;
-    d->usable = true;
+    pthread_mutex_lock(&d->cd->lock);
+    d->usable = !d->cd->lost;
+    pthread_mutex_unlock(&d->cd->lock);
     tsr_km_timing_init(&d->timing);
     d->timing.rows = d->cd->caps.array_rows;
     d->timing.cols = d->cd->caps.array_cols;
@@ -224,29 +222,31 @@ tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precisi
     snprintf(name, sizeof name, "device %s: runs (host wall time%s)", d->cd->name,
              strncmp(d->cd->spec, "sim", 3) ? "" : " of the simulation");
     d->trace_track = tsr_trace_track(tr, name);
+    if (!int8_work || !d->usable) continue;
+    pthread_mutex_lock(&d->cd->lock);
+    s = alloc_staging(o, d);
+    if (s) free_staging(d);
+    pthread_mutex_unlock(&d->cd->lock);
+    if (s && ctx->opts.fallback) {
+      tsr_ctx_warn(ctx, "%s: cannot allocate staging buffers, its work runs on the CPU: %s",
+                   d->cd->name, tsr_status_message(s));
+      tsr_status_free(s);
+      s = TSR_OK;
+      d->usable = false;
+    }
   }
-  if (!s && (prec == TSR_PRECISION_INT8 || o->attn.kind != TSR_ATTN_REFERENCE)) {
-    for (int i = 0; !s && i < o->n_devs; i++)
-      if (o->devs[i].usable) {
-        pthread_mutex_lock(&o->devs[i].cd->lock);
-        s = alloc_slots(o, &o->devs[i]);
-        pthread_mutex_unlock(&o->devs[i].cd->lock);
-        if (s && ctx->opts.fallback) {
-          tsr_ctx_warn(ctx, "%s: cannot allocate staging buffers, its work runs on the CPU: %s",
-                       o->devs[i].cd->name, tsr_status_message(s));
-          tsr_status_free(s);
-          s = TSR_OK;
-          free_slots(&o->devs[i]);
-          o->devs[i].usable = false;
-        }
-      }
+  /* plans: 1, 2, 4, ... and max_rows itself */
+  if (!s) {
+    o->plans = calloc(TSR_PLAN_MAX, sizeof(tsr_plan_t));
+    if (!o->plans) s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: plans");
   }
-  if (!s) s = tsr_plan_graph(o, &o->decode);
-  if (!s) s = tsr_plan_graph(o, &o->prefill);
-  if (!s) s = upload_weights(o, &o->decode);
-  if (!s) s = upload_weights(o, &o->prefill);
-  if (!s) s = upload_kv(o, &o->decode);
-  if (!s) s = upload_kv(o, &o->prefill);
+  for (int32_t r = 1; !s && o->n_plans < TSR_PLAN_MAX; r *= 2) {
+    const int32_t rows = r < o->max_rows ? r : o->max_rows;
+    s = tsr_plan_build(o, rows, &o->plans[o->n_plans]);
+    if (!s) o->n_plans++;
+    if (rows == o->max_rows) break;
+  }
+  if (!s) s = upload_weights(o);
   if (s) {
     tsr_exec_destroy(o);
     return s;
@@ -258,32 +258,51 @@ tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precisi
 void tsr_exec_destroy(tsr_exec_t *o) {
   if (!o) return;
   if (o->devs) {
-    const size_t n_w = (size_t)(o->model->cfg.n_layers + 1) * TSR_MM_COUNT;
-    for (size_t i = 0; o->weights && o->weight_dev && i < n_w; i++) {
-      if (o->weight_dev[i] < 0) continue;
-      tsr_hal_device_t *h = o->devs[o->weight_dev[i]].cd->hal;
-      h->vt->free(h, &o->weights[i]);
+    const size_t n_w = (size_t)(o->model->cfg.n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
+    for (size_t i = 0; o->weights && o->weight_on && i < n_w; i++) {
+      if (!o->weight_on[i]) continue;
+      tsr_exec_dev_t *d = &o->devs[i % (size_t)o->n_devs];
+      pthread_mutex_lock(&d->cd->lock);
+      tsr_dio_free(d, &o->weights[i]);
+      pthread_mutex_unlock(&d->cd->lock);
     }
-    for (int32_t l = 0; o->kv_dev && l < o->model->cfg.n_layers; l++)
-      if (o->kv_dev[l] >= 0) {
-        tsr_hal_device_t *h = o->devs[o->kv_dev[l]].cd->hal;
-        h->vt->free(h, &o->kv_buf[l]);
-      }
-    for (int i = 0; i < o->n_devs; i++)
-      if (o->devs[i].cd && o->devs[i].cd->hal) free_slots(&o->devs[i]);
+    for (int i = 0; i < o->n_devs; i++) {
+      tsr_exec_dev_t *d = &o->devs[i];
+      if (!d->cd || !d->cd->hal) continue;
+      pthread_mutex_lock(&d->cd->lock);
+      free_staging(d);
+      pthread_mutex_unlock(&d->cd->lock);
+    }
   }
-  for (int32_t l = 0; o->kv8 && l < o->model->cfg.n_layers; l++) tsr_attn_cache_free(&o->kv8[l]);
-  free(o->kv8);
-  free(o->kv_buf);
-  free(o->kv_dev);
-  free(o->kv_ok);
+  for (int p = 0; o->plans && p < o->n_plans; p++) tsr_plan_free(&o->plans[p]);
+  free(o->plans);
   tsr_attn_work_free(&o->attn_work);
   free(o->devs);
   free(o->weights);
-  free(o->weight_dev);
-  tsr_graph_free(&o->decode);
-  tsr_graph_free(&o->prefill);
+  free(o->weight_on);
+  tsr_graph_free(&o->graph);
+  free(o->x);
+  free(o->xb);
+  free(o->xb2);
+  free(o->hb);
+  free(o->hb2);
+  free(o->q);
+  free(o->k);
+  free(o->v);
+  free(o->att);
+  free(o->logits);
+  free(o->logit_rows);
+  free(o->qa);
+  free(o->qa_scale);
+  free(o->acc);
+  pthread_mutex_destroy(&o->lock);
   free(o);
+}
+
+const tsr_plan_t *tsr_exec_plan(const tsr_exec_t *o, int32_t R) {
+  for (int p = 0; p < o->n_plans; p++)
+    if (o->plans[p].rows >= R) return &o->plans[p];
+  return &o->plans[o->n_plans - 1];
 }
 
 double tsr_exec_op_begin(tsr_exec_t *o, const tsr_node_t *n) {
@@ -297,169 +316,74 @@ void tsr_exec_op_end(tsr_exec_t *o, const tsr_node_t *n, double t0) {
   tsr_trace_end(o->ctx->trace, o->track_cpu, NULL, -1);
 }
 
-/* ---- host path ---- */
+/* ---- the launch path (matmul groups and attention phases) ---- */
 
-/* One member on the host: int8 kernel (or fp32 BLAS) and dequantization. */
-static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t row0, int32_t rows,
-                        const float *x, float *out, const tsr_offload_scratch_t *sc) {
-  const tsr_linear_t *w = n->w;
-  if (o->precision == TSR_PRECISION_INT8) {
-    int32_t *acc = sc->acc + (size_t)row0 * w->rows;
-    tsr_qgemm(o->ctx->pool, o->ctx->isa, acc, (size_t)w->rows, sc->qa + (size_t)row0 * w->cols,
-              (size_t)w->cols, &w->q, rows);
-    tsr_dequantize(out + (size_t)row0 * w->rows, (size_t)w->rows, acc, (size_t)w->rows,
-                   sc->qa_scale + row0, w->q.scale, rows, w->rows);
-  } else if (rows == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, w->rows, w->cols, 1.0f, w->f32, w->cols,
-                x + (size_t)row0 * w->cols, 1, 0.0f, out + (size_t)row0 * w->rows, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, w->rows, w->cols, 1.0f,
-                x + (size_t)row0 * w->cols, w->cols, w->f32, w->cols, 0.0f,
-                out + (size_t)row0 * w->rows, w->rows);
-  }
-}
-
-/* ---- device path ---- */
-
-typedef struct {
-  const tsr_node_t *m[8]; /* members on this device */
-  float *out[8];
-  int count;
-  int32_t k, n_sum;
-} dev_group_t;
-
-/* Copies tile `t` (rows [r0, r0+rows)) into slot `s` and queues it. */
-static tsr_status_t tile_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_group_t *gr,
-                                int32_t r0, int32_t rows, int s,
-                                const tsr_offload_scratch_t *sc, uint64_t *fence,
-                                uint32_t *n_desc) {
-  tsr_hal_device_t *h = d->cd->hal;
-  tsr_trace_t *tr = o->ctx->trace;
-  uint8_t ring[64 * TSR_HW_DESC_BYTES];
-  uint8_t *rp = gr->count * 16 <= 64 ? ring : NULL;
-  size_t ring_bytes = (size_t)o->desc_max * TSR_HW_DESC_BYTES;
-  uint8_t *heap = NULL;
-  if (!rp) {
-    heap = malloc(ring_bytes);
-    if (!heap) return TSR_ERR(RESOURCE_EXHAUSTED, "ring of %zu bytes", ring_bytes);
-    rp = heap;
-  }
-  uint32_t nd = 0;
-  uint64_t c_off = 0;
-  for (int j = 0; j < gr->count; j++) {
-    const tsr_node_t *n = gr->m[j];
-    for (int32_t n0 = 0; n0 < n->n; n0 += TSR_TILE_N_CHUNK) {
-      int32_t nn = n->n - n0 < TSR_TILE_N_CHUNK ? n->n - n0 : TSR_TILE_N_CHUNK;
-      tsr_desc_t desc = {
-          .opcode = TSR_OP_GEMM_I8_I32, .m = (uint32_t)rows, .n = (uint32_t)nn,
-          .k = (uint32_t)gr->k, .lda = (uint32_t)gr->k, .ldw = (uint32_t)n->k,
-          .ldc = (uint32_t)n->n * 4, .a_addr = d->a[s].addr,
-          .w_addr = o->weights[weight_index(o, n)].addr + (uint64_t)n0 * (uint64_t)n->k,
-          .c_addr = d->c[s].addr + c_off + (uint64_t)n0 * 4};
-      tsr_desc_pack(rp + (size_t)nd * TSR_HW_DESC_BYTES, &desc);
-      nd++;
-    }
-    c_off += (uint64_t)rows * (uint64_t)n->n * 4;
-  }
-  tsr_trace_begin(tr, o->track_copy, "write A + ring", "copy", -1);
-  size_t a_bytes = (size_t)rows * (size_t)gr->k;
-  double hal0 = tsr_now_s();
-  tsr_status_t st = h->vt->write(h, &d->a[s], 0, sc->qa + (size_t)r0 * gr->k, a_bytes);
-  if (!st) st = h->vt->write(h, &d->ring[s], 0, rp, (size_t)nd * TSR_HW_DESC_BYTES);
-  d->hal_s += tsr_now_s() - hal0;
-  note_xfer(d, a_bytes);
-  note_xfer(d, (uint64_t)nd * TSR_HW_DESC_BYTES);
-  char args[64];
-  snprintf(args, sizeof args, "\"bytes\": %zu", a_bytes + (size_t)nd * TSR_HW_DESC_BYTES);
-  tsr_trace_end(tr, o->track_copy, args, -1);
-  free(heap);
-  if (st) return st;
-  uint64_t lo = d->a[s].addr, hi = d->a[s].addr;
-  /* the window covers every staging buffer and the group's weights */
-  for (int t = 0; t < 2; t++) {
-    window_cover(&lo, &hi, &d->a[t]);
-    window_cover(&lo, &hi, &d->c[t]);
-    window_cover(&lo, &hi, &d->ring[t]);
-  }
-  for (int j = 0; j < gr->count; j++)
-    window_cover(&lo, &hi, &o->weights[weight_index(o, gr->m[j])]);
-  tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring[s].addr,
-                           .n_desc = nd};
-  *n_desc = nd;
-  for (int j = 0; j < gr->count; j++) {
-    tsr_role_stats_t *rs = &o->roles[gr->m[j]->role];
-    rs->bytes_up += (uint64_t)rows * (uint64_t)gr->k / (uint64_t)gr->count +
-                    (uint64_t)nd * TSR_HW_DESC_BYTES / (uint64_t)gr->count;
-  }
-  d->submit_us[s] = tsr_trace_now_us(tr);
-  hal0 = tsr_now_s();
-  st = h->vt->submit(h, &cmd, fence);
-  d->hal_s += tsr_now_s() - hal0;
-  return st;
-}
-
-/* Waits for a tile and brings its int32 results back into the outputs. */
-static tsr_status_t tile_finish(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_group_t *gr,
-                                int32_t r0, int32_t rows, int s, uint64_t fence,
-                                const tsr_offload_scratch_t *sc) {
-  tsr_hal_device_t *h = d->cd->hal;
-  tsr_trace_t *tr = o->ctx->trace;
+/* One launch: A (a_bytes from a) into the staging A, the ring already
+ * packed in d->ring_host (n_desc descriptors), C (c_bytes) back into c.
+ * `extra` are the buffers the descriptors read besides the staging (the
+ * group's weights, a sequence's KV cache); the window covers them. */
+typedef struct launch {
+  tsr_exec_dev_t *d;
+  const void *a;
+  size_t a_bytes;
+  uint32_t n_desc;
+  const tsr_hal_buffer_t *extra[8];
+  int n_extra;
+  void *c;
+  size_t c_bytes;
+  const char *what;
+  /* state */
+  uint64_t fence;
   tsr_hal_result_t res;
-  memset(&res, 0, sizeof res);
-  double t0 = tsr_now_s();
-  tsr_status_t st =
-      h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, &res);
-  d->wait_wall_s += tsr_now_s() - t0;
-  char args[200];
-  snprintf(args, sizeof args,
-           "\"rows\": %d, \"descriptors\": %u, \"cycles\": %" PRIu64
-           ", \"projected_us\": %.3f, \"status\": %u",
-           rows, res.desc_done, res.cycles, (double)res.cycles / d->timing.clock_hz * 1e6,
-           res.hw_status);
-  if (tr)
-    tsr_trace_complete(tr, d->trace_track, tsr_mm_role_name(gr->m[0]->role), "device",
-                       d->submit_us[s], tsr_trace_now_us(tr) - d->submit_us[s], args);
-  if (st) return st;
-  if (res.hw_status != TSR_HWERR_OK)
-    return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, res.err_index,
-                   tsr_hal_hwerr_name(res.hw_status));
-  d->launches++;
-  d->cycles += res.cycles;
-  d->tiles += res.desc_done;
-  double macs_total = 0;
-  for (int j = 0; j < gr->count; j++) macs_total += (double)gr->m[j]->n;
-  tsr_trace_begin(tr, o->track_copy, "read C", "copy", -1);
-  uint64_t c_off = 0;
-  for (int j = 0; j < gr->count && !st; j++) {
-    const tsr_node_t *n = gr->m[j];
-    int32_t *acc = sc->acc + (size_t)r0 * (size_t)n->n;
-    size_t bytes = (size_t)rows * (size_t)n->n * 4;
-    double hal0 = tsr_now_s();
-    st = h->vt->read(h, &d->c[s], c_off, acc, bytes);
-    d->hal_s += tsr_now_s() - hal0;
-    note_xfer(d, bytes);
-    c_off += bytes;
-    if (st) break;
-    tsr_dequantize(gr->out[j] + (size_t)r0 * n->n, (size_t)n->n, acc, (size_t)n->n,
-                   sc->qa_scale + r0, n->w->q.scale, rows, n->n);
-    tsr_role_stats_t *rs = &o->roles[n->role];
-    double share = (double)n->n / macs_total;
-    rs->cycles += (uint64_t)llround((double)res.cycles * share);
-    rs->proj_s += (double)res.cycles * share / d->timing.clock_hz;
-    rs->bytes_down += bytes;
-    rs->tiles += (uint64_t)((n->n + TSR_TILE_N_CHUNK - 1) / TSR_TILE_N_CHUNK);
-  }
-  snprintf(args, sizeof args, "\"bytes\": %" PRIu64, c_off);
-  tsr_trace_end(tr, o->track_copy, args, -1);
-  return st;
+} launch_t;
+
+/* A launch with its engine (for the retry). */
+typedef struct {
+  launch_t l;
+  tsr_exec_t *o;
+} launch_ctx_t;
+
+/* Window of a launch: the staging and the `extra` buffers. */
+static void launch_window(const launch_t *l, uint64_t *lo, uint64_t *hi) {
+  const tsr_exec_dev_t *d = l->d;
+  *lo = d->a.addr;
+  *hi = d->a.addr + d->a.size;
+  window_cover(lo, hi, &d->c);
+  window_cover(lo, hi, &d->ring);
+  for (int i = 0; i < l->n_extra; i++) window_cover(lo, hi, l->extra[i]);
 }
 
-/* The failure policy of device work (matmul tiles, attention launches): a
- * device that says it is gone is not retried; otherwise reset it and call
- * retry(arg) up to the context's retries. Returns TSR_OK with *fall_back
- * false when a retry succeeded, TSR_OK with *fall_back true when the caller
- * must run the work on the host (warned with `what`, counted), or the error
- * when fallback is off. Consumes `first`. */
+static tsr_status_t launch_submit(tsr_exec_t *o, launch_t *l) {
+  tsr_exec_dev_t *d = l->d;
+  if (!d->usable) return TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+  TSR_RETURN_IF(tsr_dio_write(o, d, &d->a, 0, l->a, l->a_bytes, true));
+  TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, 0, d->ring_host,
+                              (size_t)l->n_desc * TSR_HW_DESC_BYTES, true));
+  uint64_t lo, hi;
+  launch_window(l, &lo, &hi);
+  tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring.addr,
+                           .n_desc = l->n_desc};
+  return tsr_dio_submit(o, d, &cmd, &l->fence);
+}
+
+static tsr_status_t launch_finish(tsr_exec_t *o, launch_t *l) {
+  TSR_RETURN_IF(tsr_dio_wait(o, l->d, l->fence, l->what, &l->res));
+  return tsr_dio_read(o, l->d, &l->d->c, 0, l->c, l->c_bytes);
+}
+
+/* The retry of a failed launch: the same launch again, synchronously. */
+static tsr_status_t launch_sync(void *arg) {
+  launch_ctx_t *lc = arg;
+  TSR_RETURN_IF(launch_submit(lc->o, &lc->l));
+  return launch_finish(lc->o, &lc->l);
+}
+
+/* The failure policy of device work: a device that says it is gone is not
+ * retried; otherwise reset it and call retry(arg) up to the context's
+ * retries. Returns TSR_OK with *fall_back false when a retry succeeded,
+ * TSR_OK with *fall_back true when the caller must run the work on the host
+ * (warned with `what`, counted), or the error when fallback is off.
+ * Consumes `first`. */
 static tsr_status_t device_recover(tsr_exec_t *o, tsr_exec_dev_t *d, tsr_status_t first,
                                    tsr_status_t (*retry)(void *arg), void *arg,
                                    const char *what, bool *fall_back) {
@@ -468,6 +392,7 @@ static tsr_status_t device_recover(tsr_exec_t *o, tsr_exec_dev_t *d, tsr_status_
   *fall_back = false;
   if (tsr_status_code(err) == TSR_STATUS_UNAVAILABLE && d->usable) {
     d->usable = false;
+    d->cd->lost = true;
     tsr_ctx_warn(o->ctx, "%s is gone (%s); its work runs on the CPU from now on", d->cd->name,
                  tsr_status_message(err));
   }
@@ -502,270 +427,356 @@ static tsr_status_t device_recover(tsr_exec_t *o, tsr_exec_dev_t *d, tsr_status_
   return TSR_OK;
 }
 
+/* Completes a submitted launch (`pending` is what submit returned): on
+ * failure resets, retries, and sets *host when the caller must compute it on
+ * the host. */
+static tsr_status_t launch_complete(tsr_exec_t *o, launch_ctx_t *lc, tsr_status_t pending,
+                                    const char *what, bool *host) {
+  *host = false;
+  tsr_status_t s = pending ? pending : launch_finish(o, &lc->l);
+  if (!s) {
+    lc->l.d->consecutive_failures = 0;
+    return TSR_OK;
+  }
+  return device_recover(o, lc->l.d, s, launch_sync, lc, what, host);
+}
+
+/* ---- matmul groups ---- */
+
+/* One member on the host, rows [r0, r0+rows): int8 kernel (or fp32 BLAS)
+ * and dequantization. */
+static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t r0, int32_t rows,
+                        const float *x, float *out, const tsr_offload_scratch_t *sc) {
+  const tsr_linear_t *w = n->w;
+  if (o->precision == TSR_PRECISION_INT8) {
+    int32_t *acc = sc->acc + (size_t)r0 * w->rows;
+    tsr_qgemm(o->ctx->pool, o->ctx->isa, acc, (size_t)w->rows, sc->qa + (size_t)r0 * w->cols,
+              (size_t)w->cols, &w->q, rows);
+    tsr_dequantize(out + (size_t)r0 * w->rows, (size_t)w->rows, acc, (size_t)w->rows,
+                   sc->qa_scale + r0, w->q.scale, rows, w->rows);
+  } else if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, w->rows, w->cols, 1.0f, w->f32, w->cols,
+                x + (size_t)r0 * w->cols, 1, 0.0f, out + (size_t)r0 * w->rows, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, w->rows, w->cols, 1.0f,
+                x + (size_t)r0 * w->cols, w->cols, w->f32, w->cols, 0.0f,
+                out + (size_t)r0 * w->rows, w->rows);
+  }
+}
+
+/* The members of a group that share one placement. */
+typedef struct {
+  const tsr_node_t *m[8];
+  float *out[8];
+  int count;
+  int32_t k, n_sum;
+} members_t;
+
+static void host_members(tsr_exec_t *o, const members_t *gr, int32_t r0, int32_t rows,
+                         const float *x, const tsr_offload_scratch_t *sc) {
+  double h0 = tsr_now_s();
+  tsr_trace_begin(o->ctx->trace, o->track_cpu, tsr_mm_role_name(gr->m[0]->role), "host", -1);
+  for (int j = 0; j < gr->count; j++) host_matmul(o, gr->m[j], r0, rows, x, gr->out[j], sc);
+  tsr_trace_end(o->ctx->trace, o->track_cpu, NULL, -1);
+  double dt = (tsr_now_s() - h0) / gr->count;
+  for (int j = 0; j < gr->count; j++) o->roles[gr->m[j]->role].host_s += dt;
+}
+
+/* A device's share of a group: rows [r0, r0+rows). The C of member j lies
+ * at acc + r0 * n_sum + rows * (sum of the earlier members' n). */
+typedef struct {
+  launch_ctx_t lc;
+  const members_t *gr;
+  int32_t r0, rows;
+  tsr_status_t pending;
+  bool locked;
+  double host0, waited0;
+} mm_share_t;
+
+/* Packs the share's ring into d->ring_host and fills its launch. */
+static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
+                       const tsr_offload_scratch_t *sc) {
+  const members_t *gr = sh->gr;
+  const int32_t mc = row_chunk(d);
+  uint32_t nd = 0;
+  uint64_t c_off = 0;
+  for (int j = 0; j < gr->count; j++) {
+    const tsr_node_t *n = gr->m[j];
+    const tsr_hal_buffer_t *w = &o->weights[weight_index(o, n, (int)(d - o->devs))];
+    for (int32_t n0 = 0; n0 < n->n; n0 += TSR_TILE_N_CHUNK) {
+      const int32_t nn = n->n - n0 < TSR_TILE_N_CHUNK ? n->n - n0 : TSR_TILE_N_CHUNK;
+      for (int32_t m0 = 0; m0 < sh->rows; m0 += mc) {
+        const int32_t mm = sh->rows - m0 < mc ? sh->rows - m0 : mc;
+        tsr_desc_t desc = {
+            .opcode = TSR_OP_GEMM_I8_I32, .m = (uint32_t)mm, .n = (uint32_t)nn,
+            .k = (uint32_t)gr->k, .lda = (uint32_t)gr->k, .ldw = (uint32_t)n->k,
+            .ldc = (uint32_t)n->n * 4,
+            .a_addr = d->a.addr + (uint64_t)m0 * (uint64_t)gr->k,
+            .w_addr = w->addr + (uint64_t)n0 * (uint64_t)n->k,
+            .c_addr = d->c.addr + c_off + ((uint64_t)m0 * (uint64_t)n->n + (uint64_t)n0) * 4};
+        tsr_desc_pack(d->ring_host + (size_t)nd * TSR_HW_DESC_BYTES, &desc);
+        nd++;
+      }
+    }
+    c_off += (uint64_t)sh->rows * (uint64_t)n->n * 4;
+  }
+  launch_t *l = &sh->lc.l;
+  memset(l, 0, sizeof *l);
+  l->d = d;
+  l->a = sc->qa + (size_t)sh->r0 * gr->k;
+  l->a_bytes = (size_t)sh->rows * (size_t)gr->k;
+  l->n_desc = nd;
+  for (int j = 0; j < gr->count; j++)
+    l->extra[l->n_extra++] = &o->weights[weight_index(o, gr->m[j], (int)(d - o->devs))];
+  l->c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum;
+  l->c_bytes = (size_t)c_off;
+  l->what = tsr_mm_role_name(gr->m[0]->role);
+  sh->lc.o = o;
+}
+
+/* After a share's launch: dequantizes every member's rows, counts. */
+static void mm_account(tsr_exec_t *o, mm_share_t *sh, const tsr_offload_scratch_t *sc) {
+  const members_t *gr = sh->gr;
+  tsr_exec_dev_t *d = sh->lc.l.d;
+  const int32_t *c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum;
+  const double macs_total = (double)gr->n_sum;
+  const uint64_t cycles = sh->lc.l.res.cycles;
+  uint64_t c_off = 0;
+  d->rows += (uint64_t)sh->rows;
+  for (int j = 0; j < gr->count; j++) {
+    const tsr_node_t *n = gr->m[j];
+    tsr_dequantize(gr->out[j] + (size_t)sh->r0 * n->n, (size_t)n->n, c + c_off, (size_t)n->n,
+                   sc->qa_scale + sh->r0, n->w->q.scale, sh->rows, n->n);
+    c_off += (uint64_t)sh->rows * (uint64_t)n->n;
+    tsr_role_stats_t *rs = &o->roles[n->role];
+    const double share = (double)n->n / macs_total;
+    rs->cycles += (uint64_t)llround((double)cycles * share);
+    rs->proj_s += (double)cycles * share / d->timing.clock_hz;
+    rs->bytes_up += (uint64_t)((double)(sh->lc.l.a_bytes +
+                                        (size_t)sh->lc.l.n_desc * TSR_HW_DESC_BYTES) * share);
+    rs->bytes_down += (uint64_t)sh->rows * (uint64_t)n->n * 4;
+    rs->tiles += (uint64_t)(sh->lc.l.n_desc * share + 0.5);
+  }
+}
+
+/* Runs members `gr` over rows [0, R) on the devices `devs` (n_devs of
+ * them, shares by tsr_rows_share; a host entry computes its share here). */
+static tsr_status_t run_members(tsr_exec_t *o, const members_t *gr, const int *devs, int nd,
+                                int32_t R, const float *x, const tsr_offload_scratch_t *sc) {
+  mm_share_t sh[TSR_MAX_ROW_DEVICES];
+  tsr_status_t err = TSR_OK;
+  /* queue every device share first (devices locked in ascending order) */
+  for (int i = 0; i < nd; i++) {
+    mm_share_t *s = &sh[i];
+    memset(s, 0, sizeof *s);
+    s->gr = gr;
+    s->r0 = tsr_rows_share(R, nd, i);
+    s->rows = tsr_rows_share(R, nd, i + 1) - s->r0;
+    tsr_exec_dev_t *d = devs[i] >= 0 ? &o->devs[devs[i]] : NULL;
+    if (!s->rows || !d || d->cd->host) continue;
+    bool resident = d->usable;
+    for (int j = 0; j < gr->count && resident; j++)
+      resident = o->weight_on[weight_index(o, gr->m[j], devs[i])];
+    if (!resident) continue; /* lost, or its weights never made it: host */
+    for (int j = 0; j < gr->count; j++) {
+      o->roles[gr->m[j]->role].device_calls++;
+      o->roles[gr->m[j]->role].model_cycles += (double)tsr_km_gemm_cycles(
+          &d->timing, (uint32_t)s->rows, (uint32_t)gr->m[j]->n, (uint32_t)gr->k);
+    }
+    pthread_mutex_lock(&d->cd->lock);
+    s->locked = true;
+    s->host0 = tsr_now_s();
+    s->waited0 = d->wait_wall_s;
+    mm_prepare(o, s, d, sc);
+    s->pending = launch_submit(o, &s->lc.l);
+  }
+  /* the host's shares (rows of host entries and of devices that cannot) */
+  for (int i = 0; i < nd; i++)
+    if (sh[i].rows && !sh[i].locked) host_members(o, gr, sh[i].r0, sh[i].rows, x, sc);
+  /* then wait for the devices in order */
+  for (int i = 0; i < nd; i++) {
+    mm_share_t *s = &sh[i];
+    if (!s->locked) continue;
+    tsr_exec_dev_t *d = s->lc.l.d;
+    if (!err) {
+      char what[96];
+      snprintf(what, sizeof what, "%d row(s) of %s (layer %d)", s->rows,
+               tsr_mm_role_name(gr->m[0]->role), gr->m[0]->layer);
+      bool host = false;
+      err = launch_complete(o, &s->lc, s->pending, what, &host);
+      if (!err && host) {
+        for (int j = 0; j < gr->count; j++) o->roles[gr->m[j]->role].fallbacks++;
+        host_members(o, gr, s->r0, s->rows, x, sc);
+      } else if (!err) {
+        mm_account(o, s, sc);
+      }
+    } else {
+      /* an earlier share failed with fallback off: drain this one */
+      tsr_status_free(s->pending ? s->pending : launch_finish(o, &s->lc.l));
+    }
+    d->host_overhead_s += (tsr_now_s() - s->host0) - (d->wait_wall_s - s->waited0);
+    pthread_mutex_unlock(&d->cd->lock);
+  }
+  return err;
+}
+
+tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_plan_t *plan, int32_t leader,
+                                   int32_t R, const float *x, float *const *outs,
+                                   const tsr_offload_scratch_t *sc) {
+  const tsr_graph_t *g = &o->graph;
+  const tsr_node_t *lead = &g->nodes[leader];
+  const int cnt = lead->group_size;
+  if (o->precision == TSR_PRECISION_INT8) tsr_quantize_rows(sc->qa, sc->qa_scale, x, R, lead->k);
+  for (int j = 0; j < cnt; j++) {
+    o->roles[g->nodes[leader + j].role].calls++;
+    o->roles[g->nodes[leader + j].role].rows += (uint64_t)R;
+  }
+  /* Members by placement: the members of one placement go out together. */
+  bool done[8] = {false};
+  for (int j0 = 0; j0 < cnt; j0++) {
+    if (done[j0]) continue;
+    const tsr_place_t *p0 = &plan->at[leader + j0];
+    members_t gr = {.count = 0, .k = lead->k};
+    for (int j = j0; j < cnt; j++) {
+      const tsr_place_t *pj = &plan->at[leader + j];
+      if (done[j] || pj->device != p0->device || pj->rows_mask != p0->rows_mask) continue;
+      done[j] = true;
+      gr.m[gr.count] = &g->nodes[leader + j];
+      gr.out[gr.count++] = outs[j];
+      gr.n_sum += g->nodes[leader + j].n;
+    }
+    if (p0->device == TSR_PLACE_CPU) {
+      host_members(o, &gr, 0, R, x, sc);
+      continue;
+    }
+    int devs[TSR_MAX_ROW_DEVICES], nd = 0;
+    if (p0->device == TSR_PLACE_ROWS) {
+      for (int e = 0; e < o->n_devs && e < TSR_MAX_ROW_DEVICES; e++)
+        if (p0->rows_mask >> e & 1) devs[nd++] = e;
+    } else {
+      devs[nd++] = p0->device;
+    }
+    TSR_RETURN_IF(run_members(o, &gr, devs, nd, R, x, sc));
+  }
+  return TSR_OK;
+}
+
+/* ---- sequences' KV caches on the devices ---- */
+
+/* The device that runs layer l's attention for sequence s under some plan,
+ * or -1. Rows split: the sequences are spread over the capable devices by
+ * creation order. */
+static int seq_kv_device(const tsr_exec_t *o, const tsr_seq_t *s, int32_t node) {
+  for (int p = o->n_plans - 1; p >= 0; p--) {
+    const tsr_place_t *pc = &o->plans[p].at[node];
+    if (pc->device >= 0) return pc->device;
+    if (pc->device != TSR_PLACE_ROWS) continue;
+    int devs[TSR_MAX_ROW_DEVICES], nd = 0;
+    for (int e = 0; e < o->n_devs && e < TSR_MAX_ROW_DEVICES; e++)
+      if ((pc->rows_mask >> e & 1) && !o->devs[e].cd->host) devs[nd++] = e;
+    if (nd) return devs[s->id % (uint64_t)nd];
+  }
+  return -1;
+}
+
+tsr_status_t tsr_exec_seq_attach(tsr_exec_t *o, tsr_seq_t *s) {
+  if (o->attn.kind == TSR_ATTN_REFERENCE) return TSR_OK;
+  const tsr_graph_t *g = &o->graph;
+  const uint64_t bytes = tsr_attn_kv_bytes(&o->attn_dims);
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_ATTENTION) continue;
+    const int32_t l = n->layer;
+    const int e = seq_kv_device(o, s, i);
+    if (e < 0) continue;
+    tsr_exec_dev_t *d = &o->devs[e];
+    pthread_mutex_lock(&d->cd->lock);
+    tsr_status_t st = d->usable && !d->cd->lost
+                          ? tsr_dio_alloc(d, bytes, &s->kv_buf[l])
+                          : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+    pthread_mutex_unlock(&d->cd->lock);
+    if (st) {
+      if (!o->ctx->opts.fallback)
+        return tsr_status_annotate(st, "KV cache of layer %d on %s", l, d->cd->name);
+      tsr_ctx_warn(o->ctx, "%s: no room for a sequence's KV cache of layer %d, its attention "
+                           "runs on the CPU: %s", d->cd->name, l, tsr_status_message(st));
+      tsr_status_free(st);
+      continue;
+    }
+    s->kv_dev[l] = e;
+    s->kv_ok[l] = true;
+    s->kv_dev_bytes += bytes;
+  }
+  return TSR_OK;
+}
+
+void tsr_exec_seq_detach(tsr_exec_t *o, tsr_seq_t *s) {
+  for (int32_t l = 0; s->kv_dev && l < o->model->cfg.n_layers; l++) {
+    if (s->kv_dev[l] < 0) continue;
+    tsr_exec_dev_t *d = &o->devs[s->kv_dev[l]];
+    pthread_mutex_lock(&d->cd->lock);
+    tsr_dio_free(d, &s->kv_buf[l]);
+    pthread_mutex_unlock(&d->cd->lock);
+    s->kv_dev[l] = -1;
+  }
+}
+
 typedef struct {
   tsr_exec_t *o;
   tsr_exec_dev_t *d;
-  const dev_group_t *gr;
-  int32_t r0, rows;
-  const tsr_offload_scratch_t *sc;
-} tile_retry_t;
+  const tsr_hal_buffer_t *buf;
+} kv_emit_t;
 
-static tsr_status_t tile_retry(void *arg) {
-  tile_retry_t *a = arg;
-  uint64_t fence = 0;
-  uint32_t nd = 0;
-  tsr_status_t s = tile_submit(a->o, a->d, a->gr, a->r0, a->rows, 0, a->sc, &fence, &nd);
-  if (!s) s = tile_finish(a->o, a->d, a->gr, a->r0, a->rows, 0, fence, a->sc);
-  return s;
+static tsr_status_t kv_emit(void *arg, uint64_t off, const void *src, size_t n) {
+  kv_emit_t *a = arg;
+  a->o->attn_stats.bytes_up += n;
+  return tsr_dio_write(a->o, a->d, a->buf, off, src, n, true);
 }
 
-/* A tile that failed: reset, retry, then run it on the host. */
-static tsr_status_t tile_recover(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_group_t *gr,
-                                 int32_t r0, int32_t rows, const float *x,
-                                 const tsr_offload_scratch_t *sc, tsr_status_t first) {
-  tile_retry_t arg = {o, d, gr, r0, rows, sc};
-  char what[96];
-  snprintf(what, sizeof what, "%d row(s) of %s (layer %d)", rows,
-           tsr_mm_role_name(gr->m[0]->role), gr->m[0]->layer);
-  bool fall_back = false;
-  TSR_RETURN_IF(device_recover(o, d, first, tile_retry, &arg, what, &fall_back));
-  if (!fall_back) return TSR_OK;
-  /* (when the device is gone, later groups go to the CPU without this path) */
-  for (int j = 0; j < gr->count; j++) {
-    o->roles[gr->m[j]->role].fallbacks++;
-    host_matmul(o, gr->m[j], r0, rows, x, gr->out[j], sc);
-  }
-  return TSR_OK;
-}
-
-/* Streams the group's rows to device d in tiles, two in flight. */
-static tsr_status_t run_on_device(tsr_exec_t *o, tsr_exec_dev_t *d, const dev_group_t *gr,
-                                  int32_t T, const float *x, const tsr_offload_scratch_t *sc) {
-  const int32_t tr = tsr_tile_rows(&d->cd->caps, T);
-  const int32_t n_tiles = (T + tr - 1) / tr;
-  uint64_t fence[2] = {0, 0};
-  bool queued[2] = {false, false};
-  tsr_status_t pending[2] = {TSR_OK, TSR_OK};
-  uint32_t nd = 0;
-  double host0 = tsr_now_s(), waited0 = d->wait_wall_s;
-  bool broken = !d->usable;
-  for (int32_t t = 0; t < n_tiles; t++) {
-    int32_t r0 = t * tr, rows = T - r0 < tr ? T - r0 : tr;
-    int s = t % 2;
-    /* Tile t was queued in the previous iteration (or is queued now for
-     * the first); queue t+1 before waiting on t. */
-    if (t == 0 && !broken) {
-      pending[s] = tile_submit(o, d, gr, r0, rows, s, sc, &fence[s], &nd);
-      queued[s] = true;
-    }
-    if (t + 1 < n_tiles && !broken) {
-      int32_t r1 = r0 + tr, rows1 = T - r1 < tr ? T - r1 : tr;
-      pending[1 - s] = tile_submit(o, d, gr, r1, rows1, 1 - s, sc, &fence[1 - s], &nd);
-      queued[1 - s] = true;
-    }
-    tsr_status_t st = pending[s];
-    pending[s] = TSR_OK;
-    if (broken && !queued[s]) st = TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
-    else if (!st) st = tile_finish(o, d, gr, r0, rows, s, fence[s], sc);
-    queued[s] = false;
-    if (st) {
-      /* The queue is in an unknown state: recover this tile on its own and
-       * run the rest one at a time. */
-      if (!broken && queued[1 - s]) {
-        tsr_status_free(pending[1 - s]);
-        pending[1 - s] = TSR_OK;
-        queued[1 - s] = false;
-      }
-      broken = true;
-      TSR_RETURN_IF(tile_recover(o, d, gr, r0, rows, x, sc, st));
-      if (d->usable) broken = false;
-      else continue;
-      /* re-queue the next tile, which the reset dropped */
-      if (t + 1 < n_tiles) {
-        int32_t r1 = r0 + tr, rows1 = T - r1 < tr ? T - r1 : tr;
-        pending[1 - s] = tile_submit(o, d, gr, r1, rows1, 1 - s, sc, &fence[1 - s], &nd);
-        queued[1 - s] = true;
-      }
-    } else {
-      d->consecutive_failures = 0;
-    }
-  }
-  d->host_overhead_s += (tsr_now_s() - host0) - (d->wait_wall_s - waited0);
-  return TSR_OK;
-}
-
-tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_graph_t *g, int32_t leader,
-                                   int32_t T, const float *x, float *const *outs,
-                                   const tsr_offload_scratch_t *sc) {
-  const tsr_node_t *lead = &g->nodes[leader];
-  const int cnt = lead->group_size;
-  const int32_t k = lead->k;
-  double t0 = tsr_now_s();
-  if (o->precision == TSR_PRECISION_INT8) tsr_quantize_rows(sc->qa, sc->qa_scale, x, T, k);
-  /* Members by placement: each device's members go out together. */
-  for (int dev = -1; dev < o->n_devs; dev++) {
-    dev_group_t gr = {.count = 0, .k = k};
-    for (int j = 0; j < cnt; j++) {
-      const tsr_node_t *n = &g->nodes[leader + j];
-      int place = n->device;
-      if (place >= 0 && !o->devs[place].usable) place = TSR_PLACE_CPU; /* lost mid-run */
-      if (place != dev) continue;
-      gr.m[gr.count] = n;
-      gr.out[gr.count++] = outs[j];
-      gr.n_sum += n->n;
-      o->roles[n->role].calls++;
-    }
-    if (!gr.count) continue;
-    if (dev < 0) {
-      double h0 = tsr_now_s();
-      tsr_trace_begin(o->ctx->trace, o->track_cpu, tsr_mm_role_name(gr.m[0]->role), "host", -1);
-      for (int j = 0; j < gr.count; j++) host_matmul(o, gr.m[j], 0, T, x, gr.out[j], sc);
-      tsr_trace_end(o->ctx->trace, o->track_cpu, NULL, -1);
-      double dt = (tsr_now_s() - h0) / gr.count;
-      for (int j = 0; j < gr.count; j++) o->roles[gr.m[j]->role].host_s += dt;
-      continue;
-    }
-    tsr_exec_dev_t *d = &o->devs[dev];
-    for (int j = 0; j < gr.count; j++) {
-      o->roles[gr.m[j]->role].device_calls++;
-      o->roles[gr.m[j]->role].model_cycles +=
-          (double)tsr_km_gemm_cycles(&d->timing, (uint32_t)T, (uint32_t)gr.m[j]->n,
-                                     (uint32_t)k);
-    }
+tsr_status_t tsr_exec_kv_append(tsr_exec_t *o, tsr_seq_t *s, int32_t l, int32_t pos0,
+                                int32_t T, const float *k, const float *v) {
+  tsr_attn_cache_append(&s->kv8[l], &o->attn_dims, k, v, pos0, T);
+  if (s->kv_dev[l] < 0 || !s->kv_ok[l]) return TSR_OK;
+  /* the device copy follows every append */
+  tsr_exec_dev_t *d = &o->devs[s->kv_dev[l]];
+  tsr_status_t st = d->usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+  if (!st) {
+    kv_emit_t arg = {o, d, &s->kv_buf[l]};
     pthread_mutex_lock(&d->cd->lock);
-    tsr_status_t s = run_on_device(o, d, &gr, T, x, sc);
+    st = tsr_attn_cache_ranges(&s->kv8[l], &o->attn_dims, pos0, T, kv_emit, &arg);
     pthread_mutex_unlock(&d->cd->lock);
-    if (s) return s;
   }
-  (void)t0;
+  if (st) {
+    if (!o->ctx->opts.fallback)
+      return tsr_status_annotate(st, "appending to the KV cache of layer %d on %s (fallback "
+                                     "is off)", l, d->cd->name);
+    if (d->usable)
+      tsr_ctx_warn(o->ctx, "%s: %s; attention of layer %d runs on the CPU for this sequence "
+                           "from now on", d->cd->name, tsr_status_message(st), l);
+    tsr_status_free(st);
+    s->kv_ok[l] = false;
+  }
   return TSR_OK;
 }
 
 /* ---- int8 attention ---- */
 
-typedef struct {
-  tsr_exec_t *o;
-  tsr_exec_dev_t *d;
-  int32_t layer;
-  int phase;
-} attn_launch_t;
-
-/* One attention phase on a device: A and the ring into slot `phase`, one
- * launch over the window of the staging slots and the layer's cache, C
- * back into the work's partials. */
-static tsr_status_t attn_launch(void *arg) {
-  attn_launch_t *a = arg;
-  tsr_exec_t *o = a->o;
-  tsr_exec_dev_t *d = a->d;
-  tsr_hal_device_t *h = d->cd->hal;
-  tsr_trace_t *tr = o->ctx->trace;
-  tsr_attn_work_t *w = &o->attn_work;
-  const int s = a->phase;
-  const tsr_hal_buffer_t *kv = &o->kv_buf[a->layer];
-  uint64_t a_bytes, c_bytes;
-  tsr_attn_phase_bytes(w, s, &a_bytes, &c_bytes);
-  const size_t ring_bytes = (size_t)w->n_pairs * TSR_HW_DESC_BYTES;
-  uint8_t *ring = malloc(ring_bytes);
-  if (!ring) return TSR_ERR(RESOURCE_EXHAUSTED, "attention ring of %zu bytes", ring_bytes);
-  tsr_attn_pack(w, s, d->a[s].addr, kv->addr, d->c[s].addr, ring);
-  tsr_trace_begin(tr, o->track_copy, "write attention A + ring", "copy", -1);
-  tsr_status_t st = h->vt->write(h, &d->a[s], 0, tsr_attn_phase_a(w, s), a_bytes);
-  if (!st) st = h->vt->write(h, &d->ring[s], 0, ring, ring_bytes);
-  tsr_trace_end(tr, o->track_copy, NULL, -1);
-  free(ring);
-  if (st) return st;
-  note_xfer(d, a_bytes);
-  note_xfer(d, ring_bytes);
-  o->attn_stats.bytes_up += a_bytes + ring_bytes;
-  uint64_t lo = kv->addr, hi = kv->addr + kv->size;
-  window_cover(&lo, &hi, &d->a[s]);
-  window_cover(&lo, &hi, &d->c[s]);
-  window_cover(&lo, &hi, &d->ring[s]);
-  tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring[s].addr,
-                           .n_desc = (uint32_t)w->n_pairs};
-  uint64_t fence = 0;
-  double sub_us = tsr_trace_now_us(tr);
-  TSR_RETURN_IF(h->vt->submit(h, &cmd, &fence));
-  tsr_hal_result_t res;
-  memset(&res, 0, sizeof res);
-  double t0 = tsr_now_s();
-  st = h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, &res);
-  d->wait_wall_s += tsr_now_s() - t0;
-  if (tr) {
-    char args[160];
-    snprintf(args, sizeof args, "\"layer\": %d, \"descriptors\": %u, \"cycles\": %" PRIu64,
-             a->layer, res.desc_done, res.cycles);
-    tsr_trace_complete(tr, d->trace_track, s ? "attention P.V" : "attention Q.K",
-                       "device", sub_us, tsr_trace_now_us(tr) - sub_us, args);
-  }
-  if (st) return st;
-  if (res.hw_status != TSR_HWERR_OK)
-    return TSR_ERR(DEVICE, "%s refused attention descriptor %u: %s", d->cd->name,
-                   res.err_index, tsr_hal_hwerr_name(res.hw_status));
-  d->launches++;
-  d->cycles += res.cycles;
-  d->tiles += res.desc_done;
-  o->attn_stats.cycles += res.cycles;
-  o->attn_stats.proj_s += (double)res.cycles / d->timing.clock_hz;
-  o->attn_stats.descs += res.desc_done;
-  st = h->vt->read(h, &d->c[s], 0, tsr_attn_phase_c(w, s), c_bytes);
-  if (!st) {
-    o->attn_stats.bytes_down += c_bytes;
-    note_xfer(d, c_bytes);
-  }
-  return st;
-}
-
-typedef struct {
-  tsr_exec_t *o;
-  tsr_exec_dev_t *d;
-  int32_t layer;
-} kv_emit_t;
-
-static tsr_status_t kv_emit(void *arg, uint64_t off, const void *src, size_t n) {
-  kv_emit_t *a = arg;
-  tsr_hal_device_t *h = a->d->cd->hal;
-  a->o->attn_stats.bytes_up += n;
-  note_xfer(a->d, n);
-  return h->vt->write(h, &a->o->kv_buf[a->layer], off, src, n);
-}
-
-tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_graph_t *g, int32_t node,
-                                int32_t pos0, int32_t T, const float *q, const float *k,
-                                const float *v, float *out) {
-  const tsr_node_t *n = &g->nodes[node];
+tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t node,
+                                tsr_seq_t *s, int32_t pos0, int32_t T, const float *q,
+                                float *out) {
+  const tsr_node_t *n = &o->graph.nodes[node];
   const int32_t l = n->layer;
   tsr_attn_work_t *w = &o->attn_work;
-  tsr_attn_cache_t *c = &o->kv8[l];
+  tsr_attn_cache_t *c = &s->kv8[l];
   tsr_attn_stats_t *as = &o->attn_stats;
   tsr_threadpool_t *pool = o->ctx->pool;
   double t0 = tsr_now_s();
-  tsr_attn_cache_append(c, &o->attn_dims, k, v, pos0, T);
-  /* The device copy follows every append, wherever this graph runs it. */
-  if (o->kv_dev[l] >= 0 && o->kv_ok[l]) {
-    tsr_exec_dev_t *d = &o->devs[o->kv_dev[l]];
-    tsr_status_t s = d->usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
-    if (!s) {
-      kv_emit_t arg = {o, d, l};
-      pthread_mutex_lock(&d->cd->lock);
-      s = tsr_attn_cache_ranges(c, &o->attn_dims, pos0, T, kv_emit, &arg);
-      pthread_mutex_unlock(&d->cd->lock);
-    }
-    if (s) {
-      if (!o->ctx->opts.fallback)
-        return tsr_status_annotate(s, "appending to the KV cache of layer %d on %s (fallback "
-                                      "is off)", l, d->cd->name);
-      if (d->usable)
-        tsr_ctx_warn(o->ctx, "%s: %s; attention of layer %d runs on the CPU from now on",
-                     d->cd->name, tsr_status_message(s), l);
-      tsr_status_free(s);
-      o->kv_ok[l] = false;
-    }
-  }
   TSR_RETURN_IF(tsr_attn_prepare(w, c, q, pos0, T));
-  int dev = n->device;
-  if (dev >= 0 && (!o->devs[dev].usable || o->kv_dev[l] != dev || !o->kv_ok[l]))
-    dev = TSR_PLACE_CPU;
+  const int place = plan->at[node].device;
+  int dev = place == TSR_PLACE_CPU ? -1 : s->kv_dev[l];
+  if (dev >= 0 && (!o->devs[dev].usable || !s->kv_ok[l] ||
+                   (place >= 0 && place != dev)))
+    dev = -1;
   as->calls++;
   as->rows += (uint64_t)T;
   as->pairs += (uint64_t)w->n_pairs;
@@ -780,21 +791,40 @@ tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_graph_t *g, int32_t nod
     bool host = dev < 0 || !w->n_pairs;
     if (!host) {
       tsr_exec_dev_t *d = &o->devs[dev];
-      attn_launch_t arg = {o, d, l, phase};
-      double h0 = tsr_now_s(), waited0 = d->wait_wall_s;
+      launch_ctx_t lc;
+      memset(&lc, 0, sizeof lc);
+      lc.o = o;
+      launch_t *L = &lc.l;
+      uint64_t a_bytes, c_bytes;
+      tsr_attn_phase_bytes(w, phase, &a_bytes, &c_bytes);
+      L->d = d;
+      L->a = tsr_attn_phase_a(w, phase);
+      L->a_bytes = (size_t)a_bytes;
+      L->n_desc = (uint32_t)w->n_pairs;
+      L->extra[L->n_extra++] = &s->kv_buf[l];
+      L->c = tsr_attn_phase_c(w, phase);
+      L->c_bytes = (size_t)c_bytes;
+      L->what = phase ? "attention P.V" : "attention Q.K";
+      char what[96];
+      snprintf(what, sizeof what, "%d row(s) of attention (layer %d, %s)", T, l,
+               phase ? "P.V" : "Q.K");
+      double h0 = tsr_now_s(), waited0;
       pthread_mutex_lock(&d->cd->lock);
-      tsr_status_t s = d->usable ? attn_launch(&arg)
-                                 : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
-      if (s) {
-        char what[96];
-        snprintf(what, sizeof what, "%d row(s) of attention (layer %d, %s)", T, l,
-                 phase ? "P.V" : "Q.K");
-        s = device_recover(o, d, s, attn_launch, &arg, what, &host);
-        if (host) as->fallbacks++;
+      waited0 = d->wait_wall_s;
+      tsr_attn_pack(w, phase, d->a.addr, s->kv_buf[l].addr, d->c.addr, d->ring_host);
+      tsr_status_t pending = launch_submit(o, L);
+      tsr_status_t st = launch_complete(o, &lc, pending, what, &host);
+      if (!st && !host) {
+        as->bytes_up += a_bytes + (uint64_t)w->n_pairs * TSR_HW_DESC_BYTES;
+        as->bytes_down += c_bytes;
+        as->cycles += L->res.cycles;
+        as->proj_s += (double)L->res.cycles / d->timing.clock_hz;
+        as->descs += L->res.desc_done;
       }
-      pthread_mutex_unlock(&d->cd->lock);
+      if (host) as->fallbacks++;
       d->host_overhead_s += (tsr_now_s() - h0) - (d->wait_wall_s - waited0);
-      if (s) return s;
+      pthread_mutex_unlock(&d->cd->lock);
+      if (st) return st;
     }
     if (host) tsr_attn_run_host(w, c, phase, pool, o->ctx->isa);
   }

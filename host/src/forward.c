@@ -1,14 +1,16 @@
 /*
- * forward.c - the forward pass of a llama model and the session that holds
- * its KV cache.
+ * forward.c - sequences, batches, and the forward pass of a llama model
+ * over a batch of many sequences; the session as a one-sequence
+ * convenience on top.
  *
- * One call evaluates T tokens at consecutive positions: T > 1 is a batched
- * prefill (matmuls as GEMM over the T rows), T == 1 a decode step (GEMV).
- * The pass interprets the session's planned graph (graph.h): light ops run
- * here and follow llama2.c's arithmetic (norms, RoPE, softmax, SwiGLU);
- * matmul groups and the int8 attention go through the executor (exec.c),
- * which runs them on the host (fp32 through OpenBLAS, or int8 W8A8 with the
- * shared dequantization routine) or streams them to a device.
+ * One pass evaluates R rows: the tokens of every entry of the batch,
+ * stacked in entry order. Matmul groups run once over all R rows (one GEMM,
+ * or one device launch per device, through the executor); embedding, norms,
+ * RoPE, SwiGLU and residuals are row-wise; the KV append and attention run
+ * per entry, over that entry's sequence's own cache, at its positions. Light
+ * ops follow llama2.c's arithmetic. Nothing a row computes depends on
+ * another entry's rows: int8 matmuls are exact per row, activations are
+ * quantized per row, and attention reads only its own sequence.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,36 +18,13 @@
 
 #include "offload.h"
 
-/* Prompt tokens are processed in chunks of at most this many rows, which
- * bounds the scratch memory while keeping GEMM shapes large. */
-#define TSR_PREFILL_CHUNK 64
+/* Rows per pass: a session's default (its prefill chunk) and an engine's. */
+#define TSR_SESSION_ROWS 64
+#define TSR_ENGINE_ROWS 256
+#define TSR_MAX_BATCH_ROWS 4096
 
 /* Attention of fewer multiply-adds than this runs on the calling thread. */
 #define TSR_ATTN_PARALLEL_MIN 65536.0
-
-struct tsr_session {
-  tsr_model_t *model; /* borrowed, must outlive */
-  tsr_precision_t precision;
-  int32_t max_seq;
-  int32_t pos;
-  float *key_cache;   /* (n_layers, max_seq, kv_dim) */
-  float *value_cache; /* (n_layers, max_seq, kv_dim) */
-  /* Scratch for up to TSR_PREFILL_CHUNK rows. */
-  float *x;   /* (T, dim) residual stream        */
-  float *xb;  /* (T, max(dim, q_dim)) normed / attention output */
-  float *xb2; /* (T, dim)                         */
-  float *hb;  /* (T, hidden_dim)                  */
-  float *hb2; /* (T, hidden_dim)                  */
-  float *q;   /* (T, q_dim)                       */
-  float *k;   /* (T, kv_dim)                      */
-  float *v;   /* (T, kv_dim)                      */
-  float *att; /* (n_threads, max_seq) attention scores per worker */
-  float *logits; /* (vocab)                       */
-  int8_t *qa;      /* (T, max in-features) quantized activations */
-  float *qa_scale; /* (T)                          */
-  int32_t *acc;    /* (T, max out-features) int32 accumulators */
-  tsr_exec_t *exec; /* the planned graph and the devices' side (owned) */
-};
 
 void tsr_session_options_init(tsr_session_options_t *o) {
   memset(o, 0, sizeof(*o));
@@ -54,65 +33,471 @@ void tsr_session_options_init(tsr_session_options_t *o) {
   o->attn.kind = TSR_ATTN_REFERENCE;
   o->attn.block = TSR_ATTN_DEFAULT_BLOCK;
   o->attn.local = 1;
+  o->max_batch_rows = 0;
 }
 
-static int32_t max3(int32_t a, int32_t b, int32_t c) {
-  int32_t m = a > b ? a : b;
-  return m > c ? m : c;
+/* ---- engine ---- */
+
+static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                                  int32_t default_rows, tsr_engine_t **out) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "engine: out pointer is NULL");
+  *out = NULL;
+  if (!model) return TSR_ERR(INVALID_ARGUMENT, "engine: model is NULL");
+  tsr_session_options_t o;
+  if (opts) o = *opts;
+  else tsr_session_options_init(&o);
+  const tsr_model_config_t *c = &model->cfg;
+  if (o.precision != TSR_PRECISION_FP32 && o.precision != TSR_PRECISION_INT8)
+    return TSR_ERR(INVALID_ARGUMENT, "precision: unknown value %d", (int)o.precision);
+  if (o.max_seq < 0 || o.max_seq > c->seq_len)
+    return TSR_ERR(OUT_OF_RANGE, "max_seq %d outside [0, seq_len %d]", o.max_seq, c->seq_len);
+  if (o.max_batch_rows < 0 || o.max_batch_rows > TSR_MAX_BATCH_ROWS)
+    return TSR_ERR(OUT_OF_RANGE, "max_batch_rows %d outside [0, %d]", o.max_batch_rows,
+                   TSR_MAX_BATCH_ROWS);
+  TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&o.attn), "attn");
+  if (!o.max_batch_rows) o.max_batch_rows = default_rows;
+  if (o.precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
+  return tsr_exec_create(model, &o, out);
 }
+
+tsr_status_t tsr_engine_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                               tsr_engine_t **out) {
+  TSR_RETURN_IF_ERROR(engine_create(model, opts, TSR_ENGINE_ROWS, out), "engine");
+  return TSR_OK;
+}
+
+void tsr_engine_destroy(tsr_engine_t *e) { tsr_exec_destroy(e); }
+
+void tsr_engine_print_plan(const tsr_engine_t *e, FILE *f) { tsr_exec_print_plan(e, f); }
+void tsr_engine_print_stats(const tsr_engine_t *e, FILE *f) { tsr_exec_print_stats(e, f); }
+void tsr_engine_get_stats(const tsr_engine_t *e, tsr_session_stats_t *out) {
+  tsr_exec_get_stats(e, out);
+}
+
+/* ---- sequences ---- */
+
+tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "sequence: out pointer is NULL");
+  *out = NULL;
+  if (!e) return TSR_ERR(INVALID_ARGUMENT, "sequence: engine is NULL");
+  const tsr_model_config_t *c = &e->model->cfg;
+  tsr_seq_t *s = calloc(1, sizeof(*s));
+  if (!s) return TSR_ERR(RESOURCE_EXHAUSTED, "sequence");
+  s->eng = e;
+  s->max_seq = e->max_seq;
+  pthread_mutex_lock(&e->lock);
+  s->id = e->seq_ids++;
+  pthread_mutex_unlock(&e->lock);
+  const size_t L = (size_t)c->n_layers;
+  tsr_status_t st = TSR_OK;
+  if (e->attn.kind == TSR_ATTN_REFERENCE) {
+    /* fp32 reference attention: the fp32 cache only */
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t n = L * (size_t)s->max_seq * kv_dim;
+    s->key_cache = calloc(n, sizeof(float));
+    s->value_cache = calloc(n, sizeof(float));
+    if (!s->key_cache || !s->value_cache)
+      st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: KV cache of %zu floats", 2 * n);
+  } else {
+    /* int8 attention: the int8 cache (and its device copies) only */
+    s->kv8 = calloc(L, sizeof *s->kv8);
+    s->kv_buf = calloc(L, sizeof *s->kv_buf);
+    s->kv_dev = malloc(sizeof(int) * L);
+    s->kv_ok = calloc(L, sizeof(bool));
+    if (!s->kv8 || !s->kv_buf || !s->kv_dev || !s->kv_ok)
+      st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: KV caches of %zu layers", L);
+    for (size_t l = 0; !st && l < L; l++) {
+      s->kv_dev[l] = -1;
+      st = tsr_attn_cache_init(&s->kv8[l], &e->attn_dims);
+    }
+    if (!st) st = tsr_exec_seq_attach(e, s);
+  }
+  if (st) {
+    tsr_seq_destroy(s);
+    return tsr_status_annotate(st, "sequence");
+  }
+  *out = s;
+  return TSR_OK;
+}
+
+void tsr_seq_destroy(tsr_seq_t *s) {
+  if (!s) return;
+  if (s->kv_dev) tsr_exec_seq_detach(s->eng, s);
+  for (int32_t l = 0; s->kv8 && l < s->eng->model->cfg.n_layers; l++)
+    tsr_attn_cache_free(&s->kv8[l]);
+  free(s->kv8);
+  free(s->kv_buf);
+  free(s->kv_dev);
+  free(s->kv_ok);
+  free(s->key_cache);
+  free(s->value_cache);
+  free(s);
+}
+
+void tsr_seq_reset(tsr_seq_t *s) {
+  if (s) s->pos = 0;
+}
+
+int32_t tsr_seq_pos(const tsr_seq_t *s) { return s ? s->pos : 0; }
+
+/* ---- batches ---- */
+
+typedef struct batch_entry {
+  tsr_seq_t *seq;
+  size_t tok0, n;   /* tokens [tok0, tok0 + n) of the batch's token array */
+  bool want_logits;
+  bool has_logits;  /* set by eval */
+  size_t logits_off; /* floats into the batch's logits */
+} batch_entry_t;
+
+struct tsr_batch {
+  batch_entry_t *e;
+  size_t n, cap, max_entries;
+  int32_t *tokens;
+  size_t n_tokens, tok_cap;
+  float *logits;     /* (entries wanting logits, vocab) after eval */
+  size_t logits_cap;
+};
+
+tsr_status_t tsr_batch_create(size_t max_entries, tsr_batch_t **out) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "batch: out pointer is NULL");
+  *out = NULL;
+  tsr_batch_t *b = calloc(1, sizeof *b);
+  if (!b) return TSR_ERR(RESOURCE_EXHAUSTED, "batch");
+  b->max_entries = max_entries;
+  *out = b;
+  return TSR_OK;
+}
+
+void tsr_batch_destroy(tsr_batch_t *b) {
+  if (!b) return;
+  free(b->e);
+  free(b->tokens);
+  free(b->logits);
+  free(b);
+}
+
+void tsr_batch_clear(tsr_batch_t *b) {
+  if (!b) return;
+  b->n = 0;
+  b->n_tokens = 0;
+}
+
+size_t tsr_batch_size(const tsr_batch_t *b) { return b ? b->n : 0; }
+
+tsr_status_t tsr_batch_add(tsr_batch_t *b, tsr_seq_t *seq, const int32_t *tokens, size_t n,
+                           bool want_logits, size_t *out_index) {
+  if (!b || !seq || (!tokens && n)) return TSR_ERR(INVALID_ARGUMENT, "batch_add: NULL argument");
+  if (n == 0) return TSR_ERR(INVALID_ARGUMENT, "batch_add: entry %zu has no tokens", b->n);
+  if (b->max_entries && b->n >= b->max_entries)
+    return TSR_ERR(OUT_OF_RANGE, "batch_add: the batch holds at most %zu entries",
+                   b->max_entries);
+  for (size_t i = 0; i < b->n; i++)
+    if (b->e[i].seq == seq)
+      return TSR_ERR(INVALID_ARGUMENT, "batch_add: the sequence is already entry %zu of the "
+                                       "batch (one entry per sequence)", i);
+  if (n > (size_t)(seq->max_seq - seq->pos))
+    return TSR_ERR(OUT_OF_RANGE, "batch_add: entry %zu: %zu tokens at position %d exceed the "
+                                 "context of %d", b->n, n, seq->pos, seq->max_seq);
+  const int32_t vocab = seq->eng->model->cfg.vocab_size;
+  for (size_t i = 0; i < n; i++)
+    if (tokens[i] < 0 || tokens[i] >= vocab)
+      return TSR_ERR(OUT_OF_RANGE, "batch_add: entry %zu: token %zu is %d, outside [0, %d)",
+                     b->n, i, tokens[i], vocab);
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 16;
+    batch_entry_t *e = realloc(b->e, cap * sizeof *e);
+    if (!e) return TSR_ERR(RESOURCE_EXHAUSTED, "batch: %zu entries", cap);
+    b->e = e;
+    b->cap = cap;
+  }
+  if (b->n_tokens + n > b->tok_cap) {
+    size_t cap = b->tok_cap ? b->tok_cap : 256;
+    while (cap < b->n_tokens + n) cap *= 2;
+    int32_t *t = realloc(b->tokens, cap * sizeof *t);
+    if (!t) return TSR_ERR(RESOURCE_EXHAUSTED, "batch: %zu tokens", cap);
+    b->tokens = t;
+    b->tok_cap = cap;
+  }
+  memcpy(b->tokens + b->n_tokens, tokens, n * sizeof *tokens);
+  b->e[b->n] = (batch_entry_t){seq, b->n_tokens, n, want_logits, false, 0};
+  b->n_tokens += n;
+  if (out_index) *out_index = b->n;
+  b->n++;
+  return TSR_OK;
+}
+
+const float *tsr_batch_logits(const tsr_batch_t *b, size_t index) {
+  if (!b || index >= b->n || !b->e[index].has_logits) return NULL;
+  return b->logits + b->e[index].logits_off;
+}
+
+/* ---- the forward pass ---- */
+
+/* A pass: a slice of each entry's tokens. Rows are stacked in order. */
+typedef struct pass_entry {
+  tsr_seq_t *seq;
+  const int32_t *tokens;
+  int32_t n, pos0, row0;
+  int32_t logit_row; /* row into the pass's logits, or -1 */
+} pass_entry_t;
+
+/* Reference attention of the rows of one pass, one task per (row, head):
+ * each row over its own sequence's cache. */
+typedef struct {
+  tsr_exec_t *o;
+  const pass_entry_t *pe;
+  const int32_t *row_entry; /* (R) entry of each row */
+  int32_t layer;
+} attn_args_t;
+
+static void attn_task(void *arg, int task, int thread) {
+  const attn_args_t *a = arg;
+  tsr_exec_t *o = a->o;
+  const tsr_model_config_t *c = &o->model->cfg;
+  const int32_t hs = c->head_dim, kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
+  const int32_t kv_mul = c->n_heads / c->n_kv_heads;
+  const int32_t r = task / c->n_heads, h = task % c->n_heads;
+  const pass_entry_t *pe = &a->pe[a->row_entry[r]];
+  const tsr_seq_t *s = pe->seq;
+  const int32_t pos = pe->pos0 + (r - pe->row0);
+  const size_t loff = (size_t)a->layer * (size_t)s->max_seq * (size_t)kv_dim;
+  const float *q = o->q + (size_t)r * q_dim + (size_t)h * hs;
+  float *att = o->att + (size_t)thread * (size_t)o->max_seq;
+  const float scale = sqrtf((float)hs);
+  for (int32_t p = 0; p <= pos; p++) {
+    const float *k = s->key_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
+    float score = 0.0f;
+    for (int32_t i = 0; i < hs; i++) score += q[i] * k[i];
+    att[p] = score / scale;
+  }
+  tsr_softmax(att, pos + 1);
+  float *xb = o->xb + (size_t)r * q_dim + (size_t)h * hs;
+  memset(xb, 0, sizeof(float) * (size_t)hs);
+  for (int32_t p = 0; p <= pos; p++) {
+    const float *v = s->value_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
+    const float w = att[p];
+    for (int32_t i = 0; i < hs; i++) xb[i] += w * v[i];
+  }
+}
+
+/* Evaluates one pass of R <= max_rows rows by interpreting the graph. */
+static tsr_status_t forward_pass(tsr_exec_t *o, const pass_entry_t *pe, int n_e, int32_t R,
+                                 int32_t n_logits, int32_t *row_entry) {
+  const tsr_model_t *m = o->model;
+  const tsr_model_config_t *c = &m->cfg;
+  const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
+  const int32_t kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
+  const tsr_graph_t *g = &o->graph;
+  const tsr_plan_t *plan = tsr_exec_plan(o, R);
+  /* Tensor storage; the attention output reuses xb, which is dead by then. */
+  float *buf[TSR_T_COUNT] = {
+      [TSR_T_X] = o->x,     [TSR_T_XB] = o->xb,   [TSR_T_Q] = o->q,
+      [TSR_T_K] = o->k,     [TSR_T_V] = o->v,     [TSR_T_ATT] = o->xb,
+      [TSR_T_XB2] = o->xb2, [TSR_T_HB] = o->hb,   [TSR_T_HB2] = o->hb2,
+      [TSR_T_LOGITS] = o->logits};
+  const tsr_offload_scratch_t sc = {o->qa, o->qa_scale, o->acc};
+  for (int i = 0; i < n_e; i++)
+    for (int32_t r = 0; r < pe[i].n; r++) row_entry[pe[i].row0 + r] = i;
+  o->passes++;
+  o->pass_rows += (uint64_t)R;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    const bool final = tsr_node_is_final(n); /* norm + classifier: logits rows */
+    if (final && !n_logits) break;
+    if (n->op == TSR_NODE_MATMUL) {
+      if (n->group != i) continue; /* ran with its group's first node */
+      float *outs[8];
+      for (int j = 0; j < n->group_size; j++) outs[j] = buf[g->nodes[i + j].out];
+      TSR_RETURN_IF(tsr_exec_matmul_group(o, plan, i, final ? n_logits : R, buf[n->in], outs,
+                                          &sc));
+      continue;
+    }
+    double t0 = tsr_exec_op_begin(o, n);
+    tsr_status_t st = TSR_OK;
+    switch (n->op) {
+      case TSR_NODE_EMBED:
+        for (int e = 0; e < n_e; e++)
+          for (int32_t t = 0; t < pe[e].n; t++)
+            memcpy(o->x + (size_t)(pe[e].row0 + t) * dim,
+                   m->tok_embd + (size_t)pe[e].tokens[t] * dim, sizeof(float) * dim);
+        break;
+      case TSR_NODE_RMSNORM:
+        if (final) { /* the classifier's rows: the last of each entry asking */
+          for (int32_t j = 0; j < n_logits; j++)
+            tsr_rmsnorm(o->xb + (size_t)j * dim, o->x + (size_t)o->logit_rows[j] * dim,
+                        n->norm_w, dim, c->rms_eps);
+        } else {
+          for (int32_t r = 0; r < R; r++)
+            tsr_rmsnorm(o->xb + (size_t)r * dim, o->x + (size_t)r * dim, n->norm_w, dim,
+                        c->rms_eps);
+        }
+        break;
+      case TSR_NODE_ROPE:
+        for (int e = 0; e < n_e; e++)
+          for (int32_t t = 0; t < pe[e].n; t++) {
+            const int32_t r = pe[e].row0 + t, pos = pe[e].pos0 + t;
+            tsr_rope(o->q + (size_t)r * q_dim, c->n_heads, hs, pos, c->rope_theta);
+            tsr_rope(o->k + (size_t)r * kv_dim, c->n_kv_heads, hs, pos, c->rope_theta);
+          }
+        break;
+      case TSR_NODE_KV_APPEND:
+        for (int e = 0; e < n_e && !st; e++) {
+          tsr_seq_t *s = pe[e].seq;
+          const float *k = o->k + (size_t)pe[e].row0 * kv_dim;
+          const float *v = o->v + (size_t)pe[e].row0 * kv_dim;
+          if (o->attn.kind != TSR_ATTN_REFERENCE) {
+            st = tsr_exec_kv_append(o, s, n->layer, pe[e].pos0, pe[e].n, k, v);
+            continue;
+          }
+          const size_t loff = (size_t)n->layer * (size_t)s->max_seq * (size_t)kv_dim;
+          memcpy(s->key_cache + loff + (size_t)pe[e].pos0 * kv_dim, k,
+                 sizeof(float) * (size_t)pe[e].n * kv_dim);
+          memcpy(s->value_cache + loff + (size_t)pe[e].pos0 * kv_dim, v,
+                 sizeof(float) * (size_t)pe[e].n * kv_dim);
+        }
+        break;
+      case TSR_NODE_ATTENTION: {
+        if (o->attn.kind != TSR_ATTN_REFERENCE) {
+          /* int8 block-sparse, per sequence: the executor places it */
+          for (int e = 0; e < n_e && !st; e++)
+            st = tsr_exec_attention(o, plan, i, pe[e].seq, pe[e].pos0, pe[e].n,
+                                    o->q + (size_t)pe[e].row0 * q_dim,
+                                    o->xb + (size_t)pe[e].row0 * q_dim);
+          break;
+        }
+        attn_args_t aa = {o, pe, row_entry, n->layer};
+        /* Waking workers costs microseconds: only worth it for enough work. */
+        double work = 0;
+        for (int e = 0; e < n_e; e++)
+          work += (double)pe[e].n * c->n_heads * (pe[e].pos0 + pe[e].n) * hs;
+        tsr_threadpool_run(work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
+                           R * c->n_heads, attn_task, &aa);
+        break;
+      }
+      case TSR_NODE_ADD: {
+        const float *in = buf[n->in];
+        for (size_t j = 0; j < (size_t)R * dim; j++) o->x[j] += in[j];
+        break;
+      }
+      case TSR_NODE_SWIGLU:
+        tsr_swiglu(o->hb, o->hb2, R * hd);
+        break;
+      case TSR_NODE_MATMUL:
+      case TSR_NODE_OP_COUNT:
+        break;
+    }
+    tsr_exec_op_end(o, n, t0);
+    if (st) return st;
+  }
+  return TSR_OK;
+}
+
+/* Grows the batch's logits to hold `n` rows. */
+static tsr_status_t batch_logits_reserve(tsr_batch_t *b, size_t n, int32_t vocab) {
+  size_t need = n * (size_t)vocab;
+  if (need <= b->logits_cap) return TSR_OK;
+  float *l = realloc(b->logits, need * sizeof(float));
+  if (!l) return TSR_ERR(RESOURCE_EXHAUSTED, "batch: logits of %zu rows", n);
+  b->logits = l;
+  b->logits_cap = need;
+  return TSR_OK;
+}
+
+static tsr_status_t engine_eval(tsr_exec_t *o, tsr_batch_t *b) {
+  const int32_t vocab = o->model->cfg.vocab_size;
+  size_t want = 0;
+  for (size_t i = 0; i < b->n; i++) {
+    batch_entry_t *e = &b->e[i];
+    e->has_logits = false;
+    if (e->seq->eng != o)
+      return TSR_ERR(INVALID_ARGUMENT, "eval: entry %zu's sequence belongs to another engine", i);
+    if (e->n > (size_t)(e->seq->max_seq - e->seq->pos))
+      return TSR_ERR(OUT_OF_RANGE, "eval: entry %zu: %zu tokens at position %d exceed the "
+                                   "context of %d", i, e->n, e->seq->pos, e->seq->max_seq);
+    if (e->want_logits) e->logits_off = want++ * (size_t)vocab;
+  }
+  TSR_RETURN_IF(batch_logits_reserve(b, want, vocab));
+  /* Passes of at most max_rows rows; an entry longer than what is left of a
+   * pass continues in the next. */
+  pass_entry_t *pe = malloc(sizeof *pe * (b->n ? b->n : 1));
+  int32_t *row_entry = malloc(sizeof(int32_t) * (size_t)o->max_rows);
+  size_t *done = calloc(b->n ? b->n : 1, sizeof(size_t));
+  if (!pe || !row_entry || !done) {
+    free(pe);
+    free(row_entry);
+    free(done);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "eval: %zu entries", b->n);
+  }
+  tsr_status_t st = TSR_OK;
+  size_t first = 0; /* entries before it are complete */
+  while (!st && first < b->n) {
+    int n_e = 0;
+    int32_t R = 0, n_logits = 0;
+    size_t idx[1024];
+    for (size_t i = first; i < b->n && R < o->max_rows && n_e < 1024; i++) {
+      batch_entry_t *e = &b->e[i];
+      const size_t left = e->n - done[i];
+      const int32_t take = (int32_t)(left < (size_t)(o->max_rows - R) ? left
+                                                                       : (size_t)(o->max_rows - R));
+      pe[n_e] = (pass_entry_t){e->seq, b->tokens + e->tok0 + done[i], take, e->seq->pos, R, -1};
+      if (e->want_logits && done[i] + (size_t)take == e->n) {
+        pe[n_e].logit_row = n_logits;
+        o->logit_rows[n_logits++] = R + take - 1;
+      }
+      idx[n_e++] = i;
+      R += take;
+    }
+    st = forward_pass(o, pe, n_e, R, n_logits, row_entry);
+    if (st) {
+      st = tsr_status_annotate(st, "evaluating %d row(s) of entries %zu..%zu", R, idx[0],
+                               idx[n_e - 1]);
+      break;
+    }
+    for (int j = 0; j < n_e; j++) {
+      batch_entry_t *e = &b->e[idx[j]];
+      e->seq->pos += pe[j].n;
+      done[idx[j]] += (size_t)pe[j].n;
+      if (pe[j].logit_row >= 0) {
+        memcpy(b->logits + e->logits_off, o->logits + (size_t)pe[j].logit_row * vocab,
+               sizeof(float) * (size_t)vocab);
+        e->has_logits = true;
+      }
+    }
+    while (first < b->n && done[first] == b->e[first].n) first++;
+  }
+  free(pe);
+  free(row_entry);
+  free(done);
+  return st;
+}
+
+tsr_status_t tsr_engine_eval(tsr_engine_t *o, tsr_batch_t *b) {
+  if (!o || !b) return TSR_ERR(INVALID_ARGUMENT, "eval: NULL argument");
+  if (!b->n) return TSR_ERR(INVALID_ARGUMENT, "eval: the batch is empty");
+  pthread_mutex_lock(&o->lock);
+  tsr_status_t st = engine_eval(o, b);
+  pthread_mutex_unlock(&o->lock);
+  return st;
+}
+
+/* ---- session: one sequence on an engine of its own ---- */
+
+struct tsr_session {
+  tsr_engine_t *eng;
+  tsr_seq_t *seq;
+  tsr_batch_t *batch;
+};
 
 tsr_status_t tsr_session_create(tsr_model_t *model, const tsr_session_options_t *opts,
                                 tsr_session_t **out) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "session: out_session is NULL");
   *out = NULL;
-  if (!model) return TSR_ERR(INVALID_ARGUMENT, "session: model is NULL");
-  tsr_session_options_t defaults;
-  if (!opts) {
-    tsr_session_options_init(&defaults);
-    opts = &defaults;
-  }
-  const tsr_model_config_t *c = &model->cfg;
-  if (opts->precision != TSR_PRECISION_FP32 && opts->precision != TSR_PRECISION_INT8)
-    return TSR_ERR(INVALID_ARGUMENT, "session: unknown precision %d", (int)opts->precision);
-  if (opts->max_seq < 0 || opts->max_seq > c->seq_len)
-    return TSR_ERR(OUT_OF_RANGE, "session: max_seq %d outside [0, seq_len %d]", opts->max_seq,
-                   c->seq_len);
-  TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&opts->attn), "session: attn");
-  if (opts->precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
   tsr_session_t *s = calloc(1, sizeof(*s));
   if (!s) return TSR_ERR(RESOURCE_EXHAUSTED, "session");
-  s->model = model;
-  s->precision = opts->precision;
-  s->max_seq = opts->max_seq ? opts->max_seq : c->seq_len;
-  const size_t T = TSR_PREFILL_CHUNK;
-  const size_t q_dim = (size_t)c->n_heads * c->head_dim;
-  const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-  const size_t cache = (size_t)c->n_layers * (size_t)s->max_seq * kv_dim;
-  const size_t widest_in = (size_t)max3(c->dim, c->hidden_dim, (int32_t)q_dim);
-  const size_t widest_out = (size_t)max3(c->hidden_dim, c->vocab_size, c->dim);
-  const int n_threads = tsr_threadpool_size(model->ctx->pool);
-  s->key_cache = calloc(cache, sizeof(float));
-  s->value_cache = calloc(cache, sizeof(float));
-  s->x = malloc(sizeof(float) * T * (size_t)c->dim);
-  s->xb = malloc(sizeof(float) * T * widest_in);
-  s->xb2 = malloc(sizeof(float) * T * (size_t)c->dim);
-  s->hb = malloc(sizeof(float) * T * (size_t)c->hidden_dim);
-  s->hb2 = malloc(sizeof(float) * T * (size_t)c->hidden_dim);
-  s->q = malloc(sizeof(float) * T * q_dim);
-  s->k = malloc(sizeof(float) * T * kv_dim);
-  s->v = malloc(sizeof(float) * T * kv_dim);
-  s->att = malloc(sizeof(float) * (size_t)n_threads * (size_t)s->max_seq);
-  s->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
-  s->qa = malloc(T * widest_in);
-  s->qa_scale = malloc(sizeof(float) * T);
-  s->acc = malloc(sizeof(int32_t) * T * widest_out);
-  if (!s->key_cache || !s->value_cache || !s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 ||
-      !s->q || !s->k || !s->v || !s->att || !s->logits || !s->qa || !s->qa_scale || !s->acc) {
-    tsr_session_destroy(s);
-    return TSR_ERR(RESOURCE_EXHAUSTED, "session: KV cache of %zu floats and scratch", 2 * cache);
-  }
-  tsr_status_t st = tsr_exec_create(model->ctx, model, s->precision, TSR_PREFILL_CHUNK,
-                                    &opts->attn, s->max_seq, &s->exec);
+  tsr_status_t st = engine_create(model, opts, TSR_SESSION_ROWS, &s->eng);
+  if (!st) st = tsr_seq_create(s->eng, &s->seq);
+  if (!st) st = tsr_batch_create(1, &s->batch);
   if (st) {
     tsr_session_destroy(s);
     return tsr_status_annotate(st, "session");
@@ -123,194 +508,37 @@ tsr_status_t tsr_session_create(tsr_model_t *model, const tsr_session_options_t 
 
 void tsr_session_destroy(tsr_session_t *s) {
   if (!s) return;
-  tsr_exec_destroy(s->exec);
-  free(s->key_cache);
-  free(s->value_cache);
-  free(s->x);
-  free(s->xb);
-  free(s->xb2);
-  free(s->hb);
-  free(s->hb2);
-  free(s->q);
-  free(s->k);
-  free(s->v);
-  free(s->att);
-  free(s->logits);
-  free(s->qa);
-  free(s->qa_scale);
-  free(s->acc);
+  tsr_batch_destroy(s->batch);
+  tsr_seq_destroy(s->seq);
+  tsr_engine_destroy(s->eng);
   free(s);
 }
 
-int32_t tsr_session_pos(const tsr_session_t *s) { return s->pos; }
-void tsr_session_reset(tsr_session_t *s) { s->pos = 0; }
-
-/* Attention of T query rows at positions pos0.. over the cache of one layer,
- * one task per (row, head). */
-typedef struct {
-  tsr_session_t *s;
-  int32_t layer, pos0, T;
-} attn_args_t;
-
-static void attn_task(void *arg, int task, int thread) {
-  const attn_args_t *a = arg;
-  tsr_session_t *s = a->s;
-  const tsr_model_config_t *c = &s->model->cfg;
-  const int32_t hs = c->head_dim, kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
-  const int32_t kv_mul = c->n_heads / c->n_kv_heads;
-  const int32_t t = task / c->n_heads, h = task % c->n_heads;
-  const int32_t pos = a->pos0 + t;
-  const size_t loff = (size_t)a->layer * (size_t)s->max_seq * (size_t)kv_dim;
-  const float *q = s->q + (size_t)t * q_dim + (size_t)h * hs;
-  float *att = s->att + (size_t)thread * (size_t)s->max_seq;
-  const float scale = sqrtf((float)hs);
-  for (int32_t p = 0; p <= pos; p++) {
-    const float *k = s->key_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
-    float score = 0.0f;
-    for (int32_t i = 0; i < hs; i++) score += q[i] * k[i];
-    att[p] = score / scale;
-  }
-  tsr_softmax(att, pos + 1);
-  float *xb = s->xb + (size_t)t * q_dim + (size_t)h * hs;
-  memset(xb, 0, sizeof(float) * (size_t)hs);
-  for (int32_t p = 0; p <= pos; p++) {
-    const float *v = s->value_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
-    const float w = att[p];
-    for (int32_t i = 0; i < hs; i++) xb[i] += w * v[i];
-  }
-}
-
-/* Evaluates T <= TSR_PREFILL_CHUNK tokens at s->pos.. by interpreting the
- * planned graph: light ops here, matmul groups through the executor. */
-static tsr_status_t forward_chunk(tsr_session_t *s, const int32_t *tokens, int32_t T,
-                                  bool want_logits) {
-  const tsr_model_t *m = s->model;
-  const tsr_model_config_t *c = &m->cfg;
-  const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
-  const int32_t kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
-  const int32_t pos0 = s->pos;
-  const tsr_graph_t *g = tsr_exec_graph(s->exec, T);
-  /* Tensor storage; the attention output reuses xb, which is dead by then. */
-  float *buf[TSR_T_COUNT] = {
-      [TSR_T_X] = s->x,     [TSR_T_XB] = s->xb,   [TSR_T_Q] = s->q,
-      [TSR_T_K] = s->k,     [TSR_T_V] = s->v,     [TSR_T_ATT] = s->xb,
-      [TSR_T_XB2] = s->xb2, [TSR_T_HB] = s->hb,   [TSR_T_HB2] = s->hb2,
-      [TSR_T_LOGITS] = s->logits};
-  const tsr_offload_scratch_t sc = {s->qa, s->qa_scale, s->acc};
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    const tsr_node_t *n = &g->nodes[i];
-    const bool final = n->layer < 0 && n->op != TSR_NODE_EMBED; /* norm + classifier */
-    if (final && !want_logits) break;
-    if (n->op == TSR_NODE_MATMUL) {
-      if (n->group != i) continue; /* ran with its group's first node */
-      float *outs[8];
-      for (int j = 0; j < n->group_size; j++) outs[j] = buf[g->nodes[i + j].out];
-      TSR_RETURN_IF(tsr_exec_matmul_group(s->exec, g, i, final ? 1 : T, buf[n->in], outs, &sc));
-      continue;
-    }
-    double t0 = tsr_exec_op_begin(s->exec, n);
-    switch (n->op) {
-      case TSR_NODE_EMBED:
-        for (int32_t t = 0; t < T; t++)
-          memcpy(s->x + (size_t)t * dim, m->tok_embd + (size_t)tokens[t] * dim,
-                 sizeof(float) * dim);
-        break;
-      case TSR_NODE_RMSNORM:
-        if (final) /* the classifier needs the last row only */
-          tsr_rmsnorm(s->xb, s->x + (size_t)(T - 1) * dim, n->norm_w, dim, c->rms_eps);
-        else
-          for (int32_t t = 0; t < T; t++)
-            tsr_rmsnorm(s->xb + (size_t)t * dim, s->x + (size_t)t * dim, n->norm_w, dim,
-                        c->rms_eps);
-        break;
-      case TSR_NODE_ROPE: {
-        const size_t loff = (size_t)n->layer * (size_t)s->max_seq * (size_t)kv_dim;
-        for (int32_t t = 0; t < T; t++) {
-          tsr_rope(s->q + (size_t)t * q_dim, c->n_heads, hs, pos0 + t, c->rope_theta);
-          tsr_rope(s->k + (size_t)t * kv_dim, c->n_kv_heads, hs, pos0 + t, c->rope_theta);
-          memcpy(s->key_cache + loff + (size_t)(pos0 + t) * kv_dim, s->k + (size_t)t * kv_dim,
-                 sizeof(float) * kv_dim);
-          memcpy(s->value_cache + loff + (size_t)(pos0 + t) * kv_dim,
-                 s->v + (size_t)t * kv_dim, sizeof(float) * kv_dim);
-        }
-        break;
-      }
-      case TSR_NODE_ATTENTION: {
-        if (s->exec->attn.kind != TSR_ATTN_REFERENCE) {
-          /* int8 block-sparse: the executor places it (host or device) */
-          tsr_status_t st = tsr_exec_attention(s->exec, g, i, pos0, T, s->q, s->k, s->v, s->xb);
-          if (st) {
-            tsr_exec_op_end(s->exec, n, t0);
-            return st;
-          }
-          break;
-        }
-        attn_args_t aa = {s, n->layer, pos0, T};
-        /* Waking workers costs microseconds: only worth it for enough work. */
-        const double work = (double)T * c->n_heads * (pos0 + T) * hs;
-        tsr_threadpool_run(work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
-                           T * c->n_heads, attn_task, &aa);
-        break;
-      }
-      case TSR_NODE_ADD: {
-        const float *in = buf[n->in];
-        for (size_t j = 0; j < (size_t)T * dim; j++) s->x[j] += in[j];
-        break;
-      }
-      case TSR_NODE_SWIGLU:
-        tsr_swiglu(s->hb, s->hb2, T * hd);
-        break;
-      case TSR_NODE_MATMUL:
-        break;
-    }
-    tsr_exec_op_end(s->exec, n, t0);
-  }
-  s->pos += T;
-  return TSR_OK;
-}
+int32_t tsr_session_pos(const tsr_session_t *s) { return s->seq->pos; }
+void tsr_session_reset(tsr_session_t *s) { s->seq->pos = 0; }
 
 tsr_status_t tsr_session_eval(tsr_session_t *s, const int32_t *tokens, size_t n,
                               const float **out_logits) {
   if (out_logits) *out_logits = NULL;
   if (!s || (!tokens && n)) return TSR_ERR(INVALID_ARGUMENT, "eval: NULL argument");
   if (n == 0) return TSR_ERR(INVALID_ARGUMENT, "eval: no tokens");
-  if (n > (size_t)(s->max_seq - s->pos))
-    return TSR_ERR(OUT_OF_RANGE, "eval: %zu tokens at position %d exceed the context of %d", n,
-                   s->pos, s->max_seq);
-  const int32_t vocab = s->model->cfg.vocab_size;
-  for (size_t i = 0; i < n; i++)
-    if (tokens[i] < 0 || tokens[i] >= vocab)
-      return TSR_ERR(OUT_OF_RANGE, "eval: token %zu is %d, outside [0, %d)", i, tokens[i],
-                     vocab);
-  for (size_t done = 0; done < n;) {
-    int32_t T = (int32_t)(n - done < TSR_PREFILL_CHUNK ? n - done : TSR_PREFILL_CHUNK);
-    tsr_status_t st = forward_chunk(s, tokens + done, T, done + (size_t)T == n);
-    if (st) {
-      /* The cache holds a partial chunk: the session restarts from the
-       * last complete position. */
-      return tsr_status_annotate(st, "evaluating positions %d..%d", s->pos,
-                                 s->pos + T - 1);
-    }
-    done += (size_t)T;
-  }
-  if (out_logits) *out_logits = s->logits;
+  tsr_batch_clear(s->batch);
+  tsr_status_t st = tsr_batch_add(s->batch, s->seq, tokens, n, true, NULL);
+  if (st) return tsr_status_annotate(st, "eval");
+  st = tsr_engine_eval(s->eng, s->batch);
+  if (st) return st;
+  if (out_logits) *out_logits = tsr_batch_logits(s->batch, 0);
   return TSR_OK;
 }
 
-void tsr_session_print_plan(const tsr_session_t *s, FILE *f) { tsr_exec_print_plan(s->exec, f); }
+void tsr_session_print_plan(const tsr_session_t *s, FILE *f) { tsr_exec_print_plan(s->eng, f); }
 
 void tsr_session_get_stats(const tsr_session_t *s, tsr_session_stats_t *out) {
-  tsr_exec_get_stats(s->exec, out);
+  tsr_exec_get_stats(s->eng, out);
 }
 
-void tsr_session_print_stats(const tsr_session_t *s, FILE *f) { tsr_exec_print_stats(s->exec, f); }
+void tsr_session_print_stats(const tsr_session_t *s, FILE *f) { tsr_exec_print_stats(s->eng, f); }
 
-void tsr_session_print_graph(const tsr_session_t *s, FILE *f) {
-  const char *names[64];
-  int n = s->exec->n_devs < 64 ? s->exec->n_devs : 64;
-  for (int i = 0; i < n; i++) names[i] = s->exec->devs[i].cd->name;
-  tsr_graph_print(&s->exec->decode, f, names);
-  tsr_graph_print(&s->exec->prefill, f, names);
-}
+void tsr_session_print_graph(const tsr_session_t *s, FILE *f) { tsr_exec_print_graph(s->eng, f); }
 
-tsr_exec_t *tsr_session_exec(const tsr_session_t *s) { return s->exec; }
+tsr_exec_t *tsr_session_exec(const tsr_session_t *s) { return s->eng; }

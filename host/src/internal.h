@@ -26,7 +26,10 @@ typedef struct tsr_ctx_device {
   tsr_hal_device_t *hal;   /* open device (owned), NULL if host/absent    */
   tsr_hal_caps_t caps;
   char unavailable[320];   /* why `hal` is NULL for a device entry        */
-  pthread_mutex_t lock;    /* one session talks to the device at a time  */
+  bool lost;               /* declared gone by some engine (under lock)  */
+  pthread_mutex_t lock;    /* serializes the engines' use of the device:
+                              every HAL call, a launch from its first copy
+                              to its last read */
 } tsr_ctx_device_t;
 
 struct tsr_context {

@@ -1,161 +1,192 @@
 /*
- * offload.h - partitioning the graph across the host and the devices, and
- * executing the device part as streamed tiles.
+ * offload.h - the engine: the model's graph, its plans, the devices' side
+ * (resident weights, staging), and the batched forward pass over many
+ * sequences.
  *
- * Internal header. One tsr_exec_t per session:
- *   plan.c  the partitioner: explicit passes over the graph (capability and
- *           layer split, cost model per matmul group, user overrides), each
- *           recording why a node went where it went;
- *   exec.c  the executor: weights uploaded once and resident; activations
- *           quantized on the host and streamed in row tiles through each
- *           device's queue, two tiles in flight (double buffering), one
- *           launch per tile carrying every descriptor of the group; results
- *           dequantized by the shared routine; failures reset the device,
- *           retry, then fall back to the host (contract 1 keeps the output
- *           identical).
+ * Internal header. One engine per (model, precision, attention pattern),
+ * shared by all its sequences:
+ *   plan.c    the partitioner: one plan per batch size it considers (plan.h);
+ *   exec.c    the executor: weights uploaded once and resident on the
+ *             devices the plans name; a batch's matmul group goes to a
+ *             device as one upload of all its rows, one ring with every
+ *             descriptor (every row and column chunk of every member), one
+ *             launch and one read-back per member; with --split rows each
+ *             device takes a share of the rows, all launches in flight at
+ *             once. Matmul groups and int8 attention share one launch /
+ *             reset / retry / fallback path (contract 1 keeps the output
+ *             identical after a fallback);
+ *   devio.c   every HAL call of the executor, with its accounting (copies,
+ *             bytes, launches, cycles, wait time) and trace events;
+ *   forward.c sequences (KV cache, position), batches and the forward pass
+ *             that interprets the graph over a batch's stacked rows;
+ *   report.c  plan and statistics printing.
  */
 #ifndef TSR_OFFLOAD_H
 #define TSR_OFFLOAD_H
 
 #include "attn.h"
+#include "base/clock.h"
+#include "driver/kernel_model.h"
 #include "graph.h"
 #include "internal.h"
-#include "driver/kernel_model.h"
-#include "base/clock.h"
+#include "plan.h"
+
+typedef struct tsr_engine tsr_exec_t;
 
 /* Per-role counters (a role's nodes in every layer together). */
 typedef struct tsr_role_stats {
-  uint64_t calls;         /* node executions                          */
+  uint64_t calls;         /* group executions                          */
+  uint64_t rows;          /* rows they carried                         */
   uint64_t device_calls;  /* of which ran (at least partly) on a device */
-  uint64_t tiles;         /* descriptors run by devices               */
-  uint64_t cycles;        /* device busy cycles (share of the launch) */
-  double proj_s;          /* those cycles at the device clock         */
+  uint64_t tiles;         /* descriptors run by devices                */
+  uint64_t cycles;        /* device busy cycles (share of the launch)  */
+  double proj_s;          /* those cycles at the device clock          */
   uint64_t bytes_up, bytes_down;
-  uint64_t fallbacks;     /* tiles run on the host after a failure    */
-  double host_s;          /* wall time on the host for this role      */
-  double model_cycles;    /* cycles the cost model predicted           */
+  uint64_t fallbacks;     /* launches run on the host after a failure  */
+  double host_s;          /* wall time on the host for this role       */
+  double model_cycles;    /* cycles the cost model predicted            */
 } tsr_role_stats_t;
 
 /* The int8 attention nodes (every layer together). */
 typedef struct tsr_attn_stats {
-  uint64_t calls;         /* node executions                            */
-  uint64_t device_calls;  /* of which ran (at least partly) on a device */
-  uint64_t rows;          /* query rows                                 */
-  uint64_t pairs;         /* (query block, key block) pairs computed    */
-  uint64_t dense_pairs;   /* pairs a dense causal mask would compute    */
-  uint64_t descs;         /* descriptors run by devices                 */
-  uint64_t cycles;        /* device busy cycles                         */
-  double proj_s;          /* those cycles at the device clock           */
-  uint64_t bytes_up, bytes_down; /* incl. the KV appends               */
-  uint64_t kv_bytes;      /* int8 K and V bytes the pairs read          */
-  uint64_t fallbacks;     /* phases run on the host after a failure     */
-  double host_s;          /* wall time on the host (all of the op)      */
-  double model_cycles;    /* cycles the cost model predicted            */
+  uint64_t calls;         /* node executions (per sequence)              */
+  uint64_t device_calls;  /* of which ran (at least partly) on a device  */
+  uint64_t rows;          /* query rows                                  */
+  uint64_t pairs;         /* (query block, key block) pairs computed     */
+  uint64_t dense_pairs;   /* pairs a dense causal mask would compute     */
+  uint64_t descs;         /* descriptors run by devices                  */
+  uint64_t cycles;        /* device busy cycles                          */
+  double proj_s;          /* those cycles at the device clock            */
+  uint64_t bytes_up, bytes_down; /* incl. the KV appends                */
+  uint64_t kv_bytes;      /* int8 K and V bytes the pairs read           */
+  uint64_t fallbacks;     /* phases run on the host after a failure      */
+  double host_s;          /* wall time on the host (all of the op)       */
+  double model_cycles;    /* cycles the cost model predicted             */
 } tsr_attn_stats_t;
 
-/* A device as one session uses it. */
+/* A device as one engine uses it; counters are this engine's share. */
 typedef struct tsr_exec_dev {
-  tsr_ctx_device_t *cd;      /* borrowed from the context */
+  tsr_ctx_device_t *cd;      /* borrowed from the context (lock, HAL, caps) */
   bool usable;               /* open, and not declared lost */
   tsr_km_timing_t timing;    /* cost model from the caps */
-  tsr_hal_buffer_t a[2], c[2], ring[2]; /* staging slots, double-buffered */
+  tsr_hal_buffer_t a, c, ring; /* staging of one launch */
   uint64_t a_cap, c_cap, ring_cap;
+  uint8_t *ring_host;        /* (ring_cap) descriptors packed on the host */
   int consecutive_failures;
   int trace_track;
   uint64_t launches, cycles, retries, fallbacks, resets;
   uint64_t xfers, xfer_bytes; /* host<->device copies (weights excluded) */
   double wait_wall_s;        /* host wall time spent waiting (simulation time for sim) */
-  double host_overhead_s;    /* host time around device tiles, waits excluded */
+  double host_overhead_s;    /* host time around device launches, waits excluded */
   double hal_s;              /* of which inside the backend's write/read/submit */
-  uint64_t tiles;
-  double submit_us[2];       /* trace: when the tile in each slot was queued */
+  uint64_t tiles;            /* descriptors run */
+  uint64_t rows;             /* matmul rows it computed */
+  double submit_us;          /* trace: when the launch in flight was queued */
 } tsr_exec_dev_t;
 
-/* Scratch the session lends the executor. */
+/* Scratch of one forward pass (rows of the whole batch). */
 typedef struct tsr_offload_scratch {
-  int8_t *qa;      /* (T, k) */
-  float *qa_scale; /* (T)    */
-  int32_t *acc;    /* (T, n) */
+  int8_t *qa;      /* (R, k) */
+  float *qa_scale; /* (R)    */
+  int32_t *acc;    /* (R, n) */
 } tsr_offload_scratch_t;
 
-typedef struct tsr_exec {
+/* One sequence: its KV store and position (forward.c). */
+struct tsr_seq {
+  tsr_exec_t *eng;    /* borrowed, must outlive */
+  int32_t pos;        /* positions in the cache */
+  int32_t max_seq;
+  /* reference (fp32) attention: (n_layers, max_seq, kv_dim) each */
+  float *key_cache, *value_cache;
+  /* int8 attention: host copy per layer, device copy where planned */
+  tsr_attn_cache_t *kv8;     /* (n_layers) */
+  tsr_hal_buffer_t *kv_buf;  /* (n_layers) */
+  int *kv_dev;               /* (n_layers) device holding it, -1 = none */
+  bool *kv_ok;               /* device copy complete (an append failed: false) */
+  uint64_t kv_dev_bytes;
+  uint64_t id;               /* creation order in the engine */
+};
+
+struct tsr_engine {
   tsr_context_t *ctx;
   tsr_model_t *model;
   tsr_precision_t precision;
-  tsr_graph_t decode;  /* T = 1 */
-  tsr_graph_t prefill; /* T = prefill_rows */
+  tsr_split_t split;
+  int32_t max_rows;    /* rows per forward pass */
+  int32_t max_seq;     /* positions per sequence */
+  tsr_graph_t graph;
+  tsr_plan_t *plans;   /* (n_plans), ascending rows; the last has max_rows */
+  int n_plans;
   tsr_exec_dev_t *devs; /* (n_devs), one per context device entry */
   int n_devs;
-  tsr_hal_buffer_t *weights; /* (n_layers + 1) * TSR_MM_COUNT, resident copies */
-  int *weight_dev;           /* device of each, -1 = none */
+  tsr_hal_buffer_t *weights; /* (n_layers + 1) * TSR_MM_COUNT * n_devs, resident copies */
+  bool *weight_on;           /* same index: uploaded */
   uint64_t weight_bytes;
-  int32_t k_max, group_n_max, desc_max; /* staging sizes */
+  int32_t k_max, group_n_max; /* staging sizes */
   tsr_role_stats_t roles[TSR_MM_COUNT];
   /* int8 attention (attn.kind != TSR_ATTN_REFERENCE) */
   tsr_attn_pattern_t attn;
   tsr_attn_dims_t attn_dims;
-  tsr_attn_cache_t *kv8;     /* (n_layers) host copies of the int8 KV cache */
-  tsr_attn_work_t attn_work; /* scratch of one call */
-  tsr_hal_buffer_t *kv_buf;  /* (n_layers) the cache in device memory */
-  int *kv_dev;               /* its device, -1 = none */
-  bool *kv_ok;               /* device copy complete (an append failed: false) */
-  uint64_t kv_dev_bytes;
+  tsr_attn_work_t attn_work; /* scratch of one sequence's call */
   tsr_attn_stats_t attn_stats;
-  double light_s[8];         /* host time per light op kind (tsr_node_op_t) */
-  uint64_t light_calls[8];
+  double light_s[TSR_NODE_OP_COUNT]; /* host time per light op kind */
+  uint64_t light_calls[TSR_NODE_OP_COUNT];
+  uint64_t passes, pass_rows;        /* forward passes and their rows */
+  uint64_t seq_ids;
   int track_cpu, track_copy;
-} tsr_exec_t;
+  pthread_mutex_t lock;      /* one forward pass at a time */
+  /* forward-pass scratch for max_rows rows (forward.c) */
+  float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att, *logits;
+  int32_t *logit_rows;       /* (max_rows) batch row of each logits row */
+  int8_t *qa;
+  float *qa_scale;
+  int32_t *acc;
+};
 
-/* `attn` (borrowed, NULL = the fp32 reference attention) selects the int8
- * attention path for a KV cache of max_seq positions. */
-tsr_status_t tsr_exec_create(tsr_context_t *ctx, tsr_model_t *model, tsr_precision_t prec,
-                             int32_t prefill_rows, const tsr_attn_pattern_t *attn,
-                             int32_t max_seq, tsr_exec_t **out);
+/* `opts` as for tsr_engine_create. */
+tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *opts,
+                             tsr_exec_t **out);
 void tsr_exec_destroy(tsr_exec_t *o);
 
-/* The planned graph for a batch of T rows. */
-static inline const tsr_graph_t *tsr_exec_graph(const tsr_exec_t *o, int32_t T) {
-  return T == 1 ? &o->decode : &o->prefill;
-}
+/* The plan the executor uses for a pass of R rows: the smallest planned
+ * batch size >= R (the largest for R above it). */
+const tsr_plan_t *tsr_exec_plan(const tsr_exec_t *o, int32_t R);
 
-/* Runs the matmul group that starts at node `leader` of graph `g` for T
- * rows: outs[i] (T, n_i) = x (T, k) . W_i^T for each member i. */
-tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_graph_t *g, int32_t leader,
-                                      int32_t T, const float *x, float *const *outs,
-                                      const tsr_offload_scratch_t *sc);
+/* Runs the matmul group that starts at node `leader` over R rows:
+ * outs[i] (R, n_i) = x (R, k) . W_i^T for each member i, placed by `plan`. */
+tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_plan_t *plan, int32_t leader,
+                                   int32_t R, const float *x, float *const *outs,
+                                   const tsr_offload_scratch_t *sc);
 
-/* Runs int8 attention node `node` of `g` (attn.kind != REFERENCE) for T
- * rows at positions pos0..: appends k, v (T, kv_dim) to the layer's int8
- * cache (host and device copies), then out (T, q_dim) = attention of q over
- * positions <= each row's, on the node's device or the host. */
-tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_graph_t *g, int32_t node,
-                                int32_t pos0, int32_t T, const float *q, const float *k,
-                                const float *v, float *out);
+/* Device copies of a sequence's int8 KV cache, where the plans put its
+ * layers' attention (exec.c). Failure to allocate is not an error with
+ * fallback on: that layer's attention runs on the host for the sequence. */
+tsr_status_t tsr_exec_seq_attach(tsr_exec_t *o, tsr_seq_t *s);
+void tsr_exec_seq_detach(tsr_exec_t *o, tsr_seq_t *s);
+
+/* Appends k, v (T, kv_dim) of positions pos0.. to layer l of the
+ * sequence's int8 cache, host and device copies. */
+tsr_status_t tsr_exec_kv_append(tsr_exec_t *o, tsr_seq_t *s, int32_t l, int32_t pos0,
+                                int32_t T, const float *k, const float *v);
+
+/* int8 attention of layer l for T rows of sequence s at positions pos0..
+ * (the cache already holds them): out (T, q_dim), on the plan's device or
+ * the host. */
+tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t node,
+                                tsr_seq_t *s, int32_t pos0, int32_t T, const float *q,
+                                float *out);
 
 /* Host-time accounting and tracing of a light op. */
 double tsr_exec_op_begin(tsr_exec_t *o, const tsr_node_t *n);
 void tsr_exec_op_end(tsr_exec_t *o, const tsr_node_t *n, double t0);
 
-/* plan.c: places every node of `g` (see the passes there). */
-tsr_status_t tsr_plan_graph(tsr_exec_t *o, tsr_graph_t *g);
-/* Modeled per-evaluation seconds of `g` as planned: host matmuls (measured
- * kernel time), transfers (link model), device (cycle model). */
-void tsr_plan_totals(const tsr_exec_t *o, const tsr_graph_t *g, double *cpu_s,
-                     double *xfer_s, double *dev_s);
-
-/* Row tiles of a T-row matmul group on a device: rows per tile, and the
- * descriptors one tile needs for members of n[i] outputs (N split into
- * chunks of at most `n_chunk`). Exposed for the tests. */
-int32_t tsr_tile_rows(const tsr_hal_caps_t *caps, int32_t T);
-int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk);
-#define TSR_TILE_N_CHUNK 4096
-
-/* The executor of a session (forward.c), for tests and reports. */
-tsr_exec_t *tsr_session_exec(const tsr_session_t *s);
-
 /* report.c */
 void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f);
+void tsr_exec_print_graph(const tsr_exec_t *o, FILE *f);
 void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f);
 void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out);
+
+/* The engine of a session (forward.c), for tests and reports. */
+tsr_exec_t *tsr_session_exec(const tsr_session_t *s);
 
 #endif

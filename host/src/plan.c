@@ -1,35 +1,41 @@
 /*
  * plan.c - the partitioner: places the graph's nodes on the host or on a
- * device, in explicit passes (ggml's scheduler is the model), recording the
- * cause of every placement.
+ * device for one batch size, in explicit passes (ggml's scheduler is the
+ * model), recording the cause of every placement in a plan beside the
+ * graph (plan.h).
  *
- *   pass 1  capability and layer split: light ops stay on the host; each
- *           layer belongs to one entry of the device list (contiguous
- *           ranges: model parallelism); a matmul is a candidate for that
- *           entry's device if the session is int8, the device is open and
- *           runs int8 GEMM, and K fits the device.
+ *   pass 1  capability and split: light ops stay on the host. With
+ *           --split layers each layer belongs to one entry of the device
+ *           list (contiguous ranges: model parallelism); with --split rows
+ *           every layer belongs to all device entries, which share each
+ *           batch's rows. A matmul is a candidate for its entry's device if
+ *           the engine is int8, the device is open and runs int8 GEMM, K
+ *           fits the device, and the device memory holds its weights (the
+ *           budget: device memory less staging, less the KV caches of the
+ *           sequences it may hold; weights are counted in graph order and
+ *           what does not fit stays on the host, with that cause).
  *   pass 2  cost, per group (matmuls that read the same activations, sent
  *           as one upload and one launch): host time = the int8 kernel
  *           measured on this machine for the group's shapes; device time =
- *           the kernel's cycle model at the device's clock plus a launch per
- *           row tile; transfers = per-transfer latency plus bytes over the
- *           link bandwidth, counted as the executor issues them (per tile:
- *           activations and ring up, every member's result down). The policy
- *           decides: all, none, or auto (the faster side).
+ *           the kernel's cycle model at the device's clock for the batch's
+ *           rows plus one launch; transfers = per-transfer latency plus
+ *           bytes over the link bandwidth, counted as the executor issues
+ *           them (activations and ring up, every member's result down).
+ *           With rows split, each device's share is costed and the slowest
+ *           counts. The policy decides: all, none, or auto (the faster
+ *           side).
  *           int8 attention (--attn) is costed the same way per node: host
  *           time = its int8 GEMMs (tsr_attn_run_host) measured here for the
  *           graph's rows at mid-context; device time = the cycle model of
  *           the descriptors the pattern keeps, two launches; transfers = Q,
  *           P', rings and the KV append up, the partials down. Softmax and
  *           quantization run on the host either way and are not compared.
- *   pass 3  overrides from --place, which win over the cost model.
- * Weights that do not fit in device memory are moved back to the host when
- * they are uploaded (exec.c), with that cause.
+ *   pass 3  overrides from --place, which win over the cost model (but not
+ *           over capability or memory).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "offload.h"
 
@@ -47,7 +53,7 @@ static double measure_cpu(const tsr_exec_t *o, const tsr_linear_t *w, int32_t m)
   }
   for (size_t i = 0; i < (size_t)m * k; i++) a[i] = (int8_t)(i * 37 + 11);
   double best = INFINITY;
-  for (int r = 0; r < 7; r++) {
+  for (int r = 0; r < 5; r++) {
     double t0 = tsr_now_s();
     tsr_qgemm(o->ctx->pool, o->ctx->isa, c, n, a, k, &w->q, m);
     double t = tsr_now_s() - t0;
@@ -58,14 +64,14 @@ static double measure_cpu(const tsr_exec_t *o, const tsr_linear_t *w, int32_t m)
   return best;
 }
 
-/* The int8 attention of one layer as the cost model sees it: the graph's
- * rows at mid-context. Fills the host time (measured), device time (cycle
- * model), transfer time and the density. */
-static void attn_cost(tsr_exec_t *o, int e, int32_t T, double *cpu, double *dev, double *xfer,
-                      double *density) {
+/* The int8 attention of one layer as the cost model sees it: `rows` rows
+ * of one sequence at mid-context. Fills the host time (measured), device
+ * time (cycle model), transfer time and the density. */
+static void attn_cost(tsr_exec_t *o, int e, int32_t rows, double *cpu, double *dev,
+                      double *xfer, double *density) {
   tsr_attn_work_t *w = &o->attn_work;
   const tsr_attn_dims_t *d = &o->attn_dims;
-  int32_t rows = T < w->max_rows ? T : w->max_rows;
+  if (rows > w->max_rows) rows = w->max_rows;
   int32_t pos0 = d->max_seq / 2;
   if (pos0 + rows > d->max_seq) pos0 = d->max_seq - rows;
   const size_t q_dim = (size_t)d->n_heads * d->head_dim;
@@ -116,31 +122,49 @@ static void attn_cost(tsr_exec_t *o, int e, int32_t T, double *cpu, double *dev,
   free(q);
 }
 
-/* Which entry of the device list owns `layer` (-1: the classifier, which
- * goes with the last layer). */
+/* Which entry of the device list owns `layer` under --split layers (-1:
+ * the classifier, which goes with the last layer). */
 static int layer_entry(const tsr_exec_t *o, int32_t layer) {
   const int32_t L = o->model->cfg.n_layers;
   if (layer < 0) layer = L - 1;
   return (int)((int64_t)layer * o->n_devs / L);
 }
 
-/* Launches and transfers of a group as the executor will issue them: the
- * rows go in tiles; each tile is one launch with two copies in (its
- * activation rows, its descriptor ring) and one copy out per member. */
-static void transfer_cost(const tsr_hal_caps_t *c, int32_t m, int32_t k, const int32_t *ns,
-                          int count, double *xfer, int32_t *launches) {
-  const int32_t tile_rows = tsr_tile_rows(c, m);
-  const int32_t tiles = (m + tile_rows - 1) / tile_rows;
-  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK);
-  double bytes = (double)m * k + (double)tiles * descs * TSR_HW_DESC_BYTES;
+/* Launch and transfers of a group on one device as the executor issues
+ * them: one copy of the activation rows and one of the ring in, one launch,
+ * one copy out per member. */
+static double transfer_cost(const tsr_hal_caps_t *c, int32_t m, int32_t k, const int32_t *ns,
+                            int count) {
+  const int32_t m_chunk = c->max_dim ? (int32_t)c->max_dim : 4096;
+  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, m_chunk);
+  double bytes = (double)m * k + (double)descs * TSR_HW_DESC_BYTES;
   for (int i = 0; i < count; i++) bytes += 4.0 * m * ns[i];
-  *xfer = c->link_latency_s * tiles * (2 + count) +
-          (c->link_bytes_per_s > 0 ? bytes / c->link_bytes_per_s : 0);
-  *launches = tiles;
+  return c->link_latency_s * (2 + count) +
+         (c->link_bytes_per_s > 0 ? bytes / c->link_bytes_per_s : 0);
 }
 
-/* Applies "--place op=where,..." to the graph. */
-static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_graph_t *g, const char *spec) {
+/* Why device entry e cannot run int8 work, or NULL. */
+static const char *entry_unfit(const tsr_exec_t *o, int e, char *buf, size_t cap) {
+  const tsr_exec_dev_t *d = &o->devs[e];
+  if (d->cd->host) {
+    snprintf(buf, cap, "entry %d is the host (cpu)", e);
+  } else if (!d->usable) {
+    snprintf(buf, cap, "%.30s unavailable: %.100s", d->cd->spec,
+             d->cd->unavailable[0] ? d->cd->unavailable : "declared lost");
+  } else if (d->cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE) {
+    snprintf(buf, cap, "%s computes nothing (%.100s)", d->cd->name, d->cd->caps.name);
+  } else if (!(d->cd->caps.ops & (1u << TSR_OP_GEMM_I8_I32))) {
+    snprintf(buf, cap, "%s has no int8 GEMM", d->cd->name);
+  } else {
+    return NULL;
+  }
+  return buf;
+}
+
+/* Applies "--place op=where,..." to the plan. */
+static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_plan_t *pl, const bool *capable,
+                                    const char *spec) {
+  const tsr_graph_t *g = &o->graph;
   const char *p = spec;
   while (*p) {
     const char *end = strchr(p, ',');
@@ -170,233 +194,314 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_graph_t *g, const char *s
                      "placement item '%s=%s': unknown op '%s' (known: attn_q, attn_k, attn_v, "
                      "attn_out, ffn_gate, ffn_up, ffn_down, output, attn, ffn, attention, all)",
                      op, where, op);
-    /* where: cpu, devN, or a device name (its first entry, or its own
-     * entry when it owns the layer). */
-    int dev = -2;
+    /* where: cpu, devN, or a device name (its first entry) */
+    int dev = -3;
     if (!strcmp(where, "cpu")) dev = TSR_PLACE_CPU;
     else if (!strncmp(where, "dev", 3) && where[3] >= '0' && where[3] <= '9') {
       char *e = NULL;
       long v = strtol(where + 3, &e, 10);
       if (*e == '\0' && v >= 0 && v < o->n_devs) dev = (int)v;
     } else {
-      for (int d = 0; d < o->n_devs && dev == -2; d++)
+      for (int d = 0; d < o->n_devs && dev == -3; d++)
         if (!strcmp(o->devs[d].cd->name, where) || !strcmp(o->devs[d].cd->spec, where)) dev = d;
     }
-    if (dev == -2)
+    if (dev == -3)
       return TSR_ERR(INVALID_ARGUMENT, "placement item '%s=%s': no device '%s' in the list",
                      op, where, where);
     for (int32_t i = 0; i < g->n_nodes; i++) {
-      tsr_node_t *n = &g->nodes[i];
+      const tsr_node_t *n = &g->nodes[i];
+      tsr_place_t *pc = &pl->at[i];
       const bool attn_node = n->op == TSR_NODE_ATTENTION && attention;
       if (!attn_node && (n->op != TSR_NODE_MATMUL || !roles[n->role])) continue;
-      int target = dev;
-      if (target >= 0 && (o->devs[target].cd->host || !o->devs[target].usable ||
-                          (o->devs[target].cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE) ||
-                          (!attn_node && o->precision != TSR_PRECISION_INT8))) {
-        snprintf(n->cause, sizeof n->cause, "--place %s=%s, but %s: host", op, where,
-                 o->precision != TSR_PRECISION_INT8 ? "fp32 runs on the host only"
-                                                    : "that entry cannot compute");
-        n->device = TSR_PLACE_CPU;
+      if (dev == TSR_PLACE_CPU) {
+        pc->device = TSR_PLACE_CPU;
+        snprintf(pc->cause, sizeof pc->cause, "--place %s=%s", op, where);
         continue;
       }
-      n->device = target;
-      snprintf(n->cause, sizeof n->cause, "--place %s=%s", op, where);
+      char why[160];
+      const char *unfit = entry_unfit(o, dev, why, sizeof why);
+      if (!unfit && !attn_node && o->precision != TSR_PRECISION_INT8)
+        unfit = "fp32 runs on the host only";
+      if (!unfit && !capable[(size_t)i * o->n_devs + dev])
+        unfit = "the node does not fit that device (size or memory)";
+      if (unfit) {
+        snprintf(pc->cause, sizeof pc->cause, "--place %.20s=%.20s, but %.120s: host", op, where,
+                 unfit);
+        pc->device = TSR_PLACE_CPU;
+        continue;
+      }
+      pc->device = dev;
+      snprintf(pc->cause, sizeof pc->cause, "--place %s=%s", op, where);
     }
     p = end ? end + 1 : p + len;
   }
   return TSR_OK;
 }
 
-tsr_status_t tsr_plan_graph(tsr_exec_t *o, tsr_graph_t *g) {
-  const tsr_exec_t *co = o;
-  /* Measured host times, cached by shape within this plan. */
-  struct { int32_t m, n, k; double s; } cache[32];
-  int n_cache = 0;
+/* Bytes of device memory the engine's staging takes on each device. */
+static uint64_t staging_bytes(const tsr_exec_dev_t *d) { return d->a_cap + d->c_cap + d->ring_cap; }
 
-  /* pass 1: capability and layer split */
+/* Device memory an int8 KV cache of all layers takes per sequence, and the
+ * sequences the budget reserves room for. */
+#define TSR_PLAN_KV_RESERVE_SEQS 4
+
+tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
+  const tsr_graph_t *g = &o->graph;
+  memset(out, 0, sizeof *out);
+  out->rows = rows;
+  out->at = calloc((size_t)g->n_nodes, sizeof(tsr_place_t));
+  /* capable[node * n_devs + dev]: the node could run on the device */
+  bool *capable = calloc((size_t)g->n_nodes * (size_t)(o->n_devs ? o->n_devs : 1), 1);
+  uint64_t *budget = calloc((size_t)(o->n_devs ? o->n_devs : 1), sizeof(uint64_t));
+  if (!out->at || !capable || !budget) {
+    free(capable);
+    free(budget);
+    tsr_plan_free(out);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "plan: %d nodes", g->n_nodes);
+  }
+  const bool rows_split = o->split == TSR_SPLIT_ROWS;
+  const bool attn8 = o->attn.kind != TSR_ATTN_REFERENCE;
+  const int32_t L = o->model->cfg.n_layers;
+  /* Memory budget per device: what is left after staging and room for the
+   * KV caches of a few sequences in every layer it may run attention for. */
+  const uint64_t kv_seq = attn8 ? tsr_attn_kv_bytes(&o->attn_dims) : 0;
+  for (int e = 0; e < o->n_devs; e++) {
+    const tsr_exec_dev_t *d = &o->devs[e];
+    if (!d->usable) continue;
+    uint64_t mem = d->cd->caps.mem_size, need = staging_bytes(d);
+    int32_t layers = rows_split ? L : 0;
+    for (int32_t l = 0; !rows_split && l < L; l++) layers += layer_entry(o, l) == e;
+    need += kv_seq * (uint64_t)layers * TSR_PLAN_KV_RESERVE_SEQS;
+    budget[e] = mem > need ? mem - need : 0;
+  }
+
+  /* pass 1: capability, split and memory */
+  char why[160];
   for (int32_t i = 0; i < g->n_nodes; i++) {
-    tsr_node_t *n = &g->nodes[i];
-    n->device = TSR_PLACE_CPU;
-    n->est_cpu_s = n->est_dev_s = n->est_xfer_s = 0;
-    if (n->op == TSR_NODE_ATTENTION && o->attn.kind != TSR_ATTN_REFERENCE) {
-      int e = layer_entry(co, n->layer);
-      const tsr_exec_dev_t *d = &co->devs[e];
-      if (d->cd->host)
-        snprintf(n->cause, sizeof n->cause, "layer split: this layer belongs to entry %d (cpu)", e);
-      else if (!d->usable)
-        snprintf(n->cause, sizeof n->cause, "%.40s unavailable: %.120s", d->cd->spec,
-                 d->cd->unavailable[0] ? d->cd->unavailable : "declared lost");
-      else if ((d->cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE) ||
-               !(d->cd->caps.ops & (1u << TSR_OP_GEMM_I8_I32)))
-        snprintf(n->cause, sizeof n->cause, "%s has no int8 GEMM", d->cd->name);
-      else if ((uint32_t)o->attn_dims.head_dim > d->cd->caps.max_dim ||
-               (uint32_t)o->attn.block > d->cd->caps.max_dim)
-        snprintf(n->cause, sizeof n->cause, "head_dim %d or block %d exceeds %s's limit %u",
+    const tsr_node_t *n = &g->nodes[i];
+    tsr_place_t *pc = &out->at[i];
+    pc->device = TSR_PLACE_CPU;
+    const bool mm = n->op == TSR_NODE_MATMUL, at = n->op == TSR_NODE_ATTENTION && attn8;
+    if (!mm && !at) {
+      snprintf(pc->cause, sizeof pc->cause, "light op: runs on the host");
+      continue;
+    }
+    if (mm && o->precision != TSR_PRECISION_INT8) {
+      snprintf(pc->cause, sizeof pc->cause, "fp32 precision: devices run int8 only");
+      continue;
+    }
+    /* the entries this node may use */
+    int cand = 0, first_ok = -1;
+    pc->cause[0] = '\0';
+    for (int e = 0; e < o->n_devs; e++) {
+      if (!rows_split && layer_entry(o, n->layer) != e) continue;
+      const tsr_exec_dev_t *d = &o->devs[e];
+      const char *unfit = entry_unfit(o, e, why, sizeof why);
+      char lim[96];
+      if (!unfit && mm && (uint32_t)n->k > d->cd->caps.max_dim) {
+        snprintf(lim, sizeof lim, "K=%d exceeds %s's limit %u", n->k, d->cd->name,
+                 d->cd->caps.max_dim);
+        unfit = lim;
+      }
+      if (!unfit && at && ((uint32_t)o->attn_dims.head_dim > d->cd->caps.max_dim ||
+                           (uint32_t)o->attn.block > d->cd->caps.max_dim)) {
+        snprintf(lim, sizeof lim, "head_dim %d or block %d exceeds %s's limit %u",
                  o->attn_dims.head_dim, o->attn.block, d->cd->name, d->cd->caps.max_dim);
-      else
-        n->device = e;
-      continue;
+        unfit = lim;
+      }
+      if (!unfit && mm) {
+        uint64_t wb = (uint64_t)n->n * (uint64_t)n->k;
+        if (wb > budget[e]) {
+          snprintf(lim, sizeof lim, "weights do not fit on %s (%.1f MiB, %.1f MiB left)",
+                   d->cd->name, (double)wb / 1048576.0, (double)budget[e] / 1048576.0);
+          unfit = lim;
+        } else {
+          budget[e] -= wb;
+        }
+      }
+      if (unfit) {
+        if (d->cd->host && !rows_split)
+          snprintf(pc->cause, sizeof pc->cause, "layer split: this layer belongs to entry %d "
+                                                "(cpu)", e);
+        else if (!pc->cause[0] || !rows_split)
+          snprintf(pc->cause, sizeof pc->cause, "%.180s", unfit);
+        continue;
+      }
+      capable[(size_t)i * o->n_devs + e] = true;
+      cand++;
+      if (first_ok < 0) first_ok = e;
     }
-    if (n->op != TSR_NODE_MATMUL) {
-      snprintf(n->cause, sizeof n->cause, "light op: runs on the host");
-      continue;
-    }
-    int e = layer_entry(co, n->layer);
-    const tsr_exec_dev_t *d = &co->devs[e];
-    if (o->precision != TSR_PRECISION_INT8)
-      snprintf(n->cause, sizeof n->cause, "fp32 precision: devices run int8 only");
-    else if (d->cd->host)
-      snprintf(n->cause, sizeof n->cause, "layer split: this layer belongs to entry %d (cpu)", e);
-    else if (!d->usable)
-      snprintf(n->cause, sizeof n->cause, "%.40s unavailable: %.120s", d->cd->spec,
-               d->cd->unavailable[0] ? d->cd->unavailable : "declared lost");
-    else if (d->cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE)
-      snprintf(n->cause, sizeof n->cause, "%s computes nothing (%.100s)", d->cd->name,
-               d->cd->caps.name);
-    else if (!(d->cd->caps.ops & (1u << TSR_OP_GEMM_I8_I32)))
-      snprintf(n->cause, sizeof n->cause, "%s has no int8 GEMM", d->cd->name);
-    else if ((uint32_t)n->k > d->cd->caps.max_dim)
-      snprintf(n->cause, sizeof n->cause, "K=%d exceeds %s's limit %u", n->k, d->cd->name,
-               d->cd->caps.max_dim);
-    else
-      n->device = e; /* candidate, decided in pass 2 */
+    if (!cand) continue;
+    pc->device = rows_split ? TSR_PLACE_ROWS : first_ok; /* candidate, decided in pass 2 */
+    if (rows_split)
+      for (int e = 0; e < o->n_devs && e < 64; e++)
+        if (o->devs[e].cd->host || capable[(size_t)i * o->n_devs + e]) pc->rows_mask |= 1ull << e;
   }
 
   /* pass 2: cost model per group, then the policy. The host side is only
    * measured when some device could take work. */
-  bool any_device = false;
-  for (int d = 0; d < o->n_devs; d++) any_device |= o->devs[d].usable;
-  /* Attention nodes: one measurement per graph (every layer has the same
-   * shape); density and the cost land in the cause. */
+  struct { int32_t m, n, k; double s; } cache[32];
+  int n_cache = 0;
   double a_cpu = -1, a_dev = 0, a_xfer = 0, a_dens = 1;
-  int a_e = -2;
-  for (int32_t i = 0; o->attn.kind != TSR_ATTN_REFERENCE && i < g->n_nodes; i++) {
-    tsr_node_t *n = &g->nodes[i];
+  int a_e = -3;
+  for (int32_t i = 0; attn8 && i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    tsr_place_t *pc = &out->at[i];
     if (n->op != TSR_NODE_ATTENTION) continue;
-    int e = n->device;
-    if (a_cpu < 0 || (e >= 0 && e != a_e)) {
-      attn_cost(o, e, g->T, &a_cpu, &a_dev, &a_xfer, &a_dens);
+    /* attention runs per sequence: a decode batch of `rows` sequences is
+     * `rows` one-row calls; costed as one call of one row each, times rows,
+     * at the first capable device (rows split: each sequence has one) */
+    int e = pc->device == TSR_PLACE_ROWS ? -1 : pc->device;
+    for (int d = 0; e < 0 && pc->device == TSR_PLACE_ROWS && d < o->n_devs; d++)
+      if (capable[(size_t)i * o->n_devs + d]) e = d;
+    if (a_cpu < 0 || e != a_e) {
+      attn_cost(o, e, 1, &a_cpu, &a_dev, &a_xfer, &a_dens);
       a_e = e;
     }
-    n->est_cpu_s = a_cpu;
-    if (e < 0) {
-      snprintf(n->cause + strlen(n->cause), sizeof n->cause - strlen(n->cause),
+    pc->est_cpu_s = a_cpu * rows;
+    if (pc->device == TSR_PLACE_CPU) {
+      snprintf(pc->cause + strlen(pc->cause), sizeof pc->cause - strlen(pc->cause),
                "; density %.0f%%", 100 * a_dens);
       continue;
     }
-    n->est_dev_s = a_dev;
-    n->est_xfer_s = a_xfer;
-    const char *dname = co->devs[e].cd->name;
+    pc->est_dev_s = a_dev * rows;
+    pc->est_xfer_s = a_xfer * rows;
+    const char *dname = o->devs[e].cd->name;
     switch (o->ctx->opts.offload) {
       case TSR_OFFLOAD_ALL:
-        snprintf(n->cause, sizeof n->cause, "--offload all; density %.0f%%", 100 * a_dens);
+        snprintf(pc->cause, sizeof pc->cause, "--offload all; density %.0f%%", 100 * a_dens);
         break;
       case TSR_OFFLOAD_NONE:
-        n->device = TSR_PLACE_CPU;
-        snprintf(n->cause, sizeof n->cause, "--offload none; density %.0f%%", 100 * a_dens);
+        pc->device = TSR_PLACE_CPU;
+        snprintf(pc->cause, sizeof pc->cause, "--offload none; density %.0f%%", 100 * a_dens);
         break;
       default:
-        if (!(a_dev + a_xfer < a_cpu)) n->device = TSR_PLACE_CPU;
-        snprintf(n->cause, sizeof n->cause,
-                 "cost: %s %.1f us + transfers %.1f us %s host %.1f us (int8 GEMMs at "
-                 "mid-context, density %.0f%%)",
-                 dname, a_dev * 1e6, a_xfer * 1e6, n->device >= 0 ? "<" : ">=", a_cpu * 1e6,
-                 100 * a_dens);
+        if (!(a_dev + a_xfer < a_cpu)) pc->device = TSR_PLACE_CPU;
+        snprintf(pc->cause, sizeof pc->cause,
+                 "cost: %s %.1f us + transfers %.1f us %s host %.1f us per sequence (int8 "
+                 "GEMMs at mid-context, density %.0f%%)",
+                 dname, a_dev * 1e6, a_xfer * 1e6, pc->device != TSR_PLACE_CPU ? "<" : ">=",
+                 a_cpu * 1e6, 100 * a_dens);
         break;
     }
   }
 
-  for (int32_t i = 0; any_device && i < g->n_nodes; i++) {
-    tsr_node_t *lead = &g->nodes[i];
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *lead = &g->nodes[i];
     if (lead->op != TSR_NODE_MATMUL || lead->group != i) continue;
-    int cnt = lead->group_size;
+    const int cnt = lead->group_size;
+    const int place0 = out->at[i].device;
+    if (place0 == TSR_PLACE_CPU) continue; /* pass 1 already decided: host */
     double cpu = 0, dev = 0, xfer = 0;
     int32_t ns[8];
-    int e = lead->device;
     for (int j = 0; j < cnt; j++) {
-      tsr_node_t *n = &g->nodes[i + j];
+      const tsr_node_t *n = &g->nodes[i + j];
       ns[j] = n->n;
-      double s = -1;
+      double t = -1;
       for (int c = 0; c < n_cache; c++)
-        if (cache[c].m == n->m && cache[c].n == n->n && cache[c].k == n->k) s = cache[c].s;
-      if (s < 0 && o->precision == TSR_PRECISION_INT8) {
-        s = measure_cpu(co, n->w, n->m);
-        if (n_cache < 32) cache[n_cache++] = (__typeof__(cache[0])){n->m, n->n, n->k, s};
+        if (cache[c].m == rows && cache[c].n == n->n && cache[c].k == n->k) t = cache[c].s;
+      if (t < 0) {
+        t = measure_cpu(o, n->w, rows);
+        if (n_cache < 32) cache[n_cache++] = (__typeof__(cache[0])){rows, n->n, n->k, t};
       }
-      n->est_cpu_s = s > 0 ? s : 0;
-      cpu += n->est_cpu_s;
-      if (e >= 0) {
-        const tsr_exec_dev_t *d = &co->devs[e];
-        n->est_dev_s = (double)tsr_km_gemm_cycles(&d->timing, (uint32_t)n->m, (uint32_t)n->n,
-                                                  (uint32_t)n->k) / d->timing.clock_hz;
-        dev += n->est_dev_s;
-      }
+      out->at[i + j].est_cpu_s = t;
+      cpu += t;
     }
-    if (e < 0) continue; /* pass 1 already decided: host */
-    const tsr_hal_caps_t *caps = &co->devs[e].cd->caps;
-    int32_t launches = 1;
-    transfer_cost(caps, lead->m, lead->k, ns, cnt, &xfer, &launches);
-    dev += caps->launch_latency_s * launches;
+    /* the devices and their shares of the rows */
+    int devs[64], nd = 0;
+    if (place0 == TSR_PLACE_ROWS) {
+      for (int e = 0; e < o->n_devs && nd < 64; e++)
+        if (out->at[i].rows_mask >> e & 1) devs[nd++] = e;
+    } else {
+      devs[nd++] = place0;
+    }
+    double worst = 0, worst_x = 0, host_share = 0;
+    char dname[64] = "";
+    for (int x = 0; x < nd; x++) {
+      const int32_t m = tsr_rows_share(rows, nd, x + 1) - tsr_rows_share(rows, nd, x);
+      if (m <= 0) continue;
+      const tsr_exec_dev_t *d = &o->devs[devs[x]];
+      if (d->cd->host || !capable[(size_t)i * o->n_devs + devs[x]]) {
+        host_share += cpu * m / rows;
+        continue;
+      }
+      double t = d->cd->caps.launch_latency_s;
+      for (int j = 0; j < cnt; j++)
+        t += (double)tsr_km_gemm_cycles(&d->timing, (uint32_t)m, (uint32_t)ns[j],
+                                        (uint32_t)lead->k) / d->timing.clock_hz;
+      double tx = transfer_cost(&d->cd->caps, m, lead->k, ns, cnt);
+      if (t + tx > worst + worst_x) {
+        worst = t;
+        worst_x = tx;
+      }
+      if (!dname[0]) snprintf(dname, sizeof dname, "%s", d->cd->name);
+      else if (nd > 1 && strlen(dname) < 40) strcat(dname, "+");
+    }
+    if (host_share > worst + worst_x) { /* the host's share is the critical path */
+      worst = host_share;
+      worst_x = 0;
+    }
+    dev = worst;
+    xfer = worst_x;
     for (int j = 0; j < cnt; j++) {
-      tsr_node_t *n = &g->nodes[i + j];
-      n->est_xfer_s = xfer / cnt;
-      n->est_dev_s += caps->launch_latency_s * launches / cnt;
+      tsr_place_t *pc = &out->at[i + j];
+      pc->est_xfer_s = xfer / cnt;
+      pc->est_dev_s = dev / cnt;
     }
-    const char *dname = co->devs[e].cd->name;
     int place;
     char cause[192];
     switch (o->ctx->opts.offload) {
       case TSR_OFFLOAD_ALL:
-        place = e;
-        snprintf(cause, sizeof cause, "--offload all");
+        place = place0;
+        snprintf(cause, sizeof cause, "--offload all%s", place0 == TSR_PLACE_ROWS ?
+                 "; rows split across the devices" : "");
         break;
       case TSR_OFFLOAD_NONE:
         place = TSR_PLACE_CPU;
         snprintf(cause, sizeof cause, "--offload none");
         break;
       default:
-        place = dev + xfer < cpu ? e : TSR_PLACE_CPU;
-        snprintf(cause, sizeof cause, "%s: %s %.1f us + transfers %.1f us %s host %.1f us",
-                 place >= 0 ? "cost" : "cost", dname, dev * 1e6, xfer * 1e6,
-                 place >= 0 ? "<" : ">=", cpu * 1e6);
+        place = dev + xfer < cpu ? place0 : TSR_PLACE_CPU;
+        snprintf(cause, sizeof cause, "cost: %s %.1f us + transfers %.1f us %s host %.1f us",
+                 dname, dev * 1e6, xfer * 1e6, place != TSR_PLACE_CPU ? "<" : ">=", cpu * 1e6);
         break;
     }
     for (int j = 0; j < cnt; j++) {
-      tsr_node_t *n = &g->nodes[i + j];
-      n->device = place;
-      snprintf(n->cause, sizeof n->cause, "%s", cause);
+      tsr_place_t *pc = &out->at[i + j];
+      pc->device = place;
+      pc->rows_mask = out->at[i].rows_mask;
+      snprintf(pc->cause, sizeof pc->cause, "%s", cause);
     }
   }
 
   /* pass 3: user overrides */
+  tsr_status_t st = TSR_OK;
   if (o->ctx->opts.placement && *o->ctx->opts.placement)
-    TSR_RETURN_IF(apply_overrides(o, g, o->ctx->opts.placement));
-  return TSR_OK;
+    st = apply_overrides(o, out, capable, o->ctx->opts.placement);
+  free(capable);
+  free(budget);
+  if (st) tsr_plan_free(out);
+  return st;
 }
 
-void tsr_plan_totals(const tsr_exec_t *o, const tsr_graph_t *g, double *cpu_s,
+void tsr_plan_free(tsr_plan_t *p) {
+  if (!p) return;
+  free(p->at);
+  memset(p, 0, sizeof *p);
+}
+
+void tsr_plan_totals(const tsr_plan_t *p, const tsr_graph_t *g, double *cpu_s,
                      double *xfer_s, double *dev_s) {
-  (void)o;
   *cpu_s = *xfer_s = *dev_s = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
+    const tsr_place_t *pc = &p->at[i];
     if (n->op != TSR_NODE_MATMUL && n->op != TSR_NODE_ATTENTION) continue;
-    if (n->device == TSR_PLACE_CPU) {
-      *cpu_s += n->est_cpu_s;
+    if (pc->device == TSR_PLACE_CPU) {
+      *cpu_s += pc->est_cpu_s;
     } else {
-      *xfer_s += n->est_xfer_s;
-      *dev_s += n->est_dev_s;
+      *xfer_s += pc->est_xfer_s;
+      *dev_s += pc->est_dev_s;
     }
   }
-}
-
-int32_t tsr_tile_rows(const tsr_hal_caps_t *caps, int32_t T) {
-  int32_t r = caps->array_rows ? (int32_t)caps->array_rows : 16;
-  return T < r ? T : r;
-}
-
-int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk) {
-  int32_t d = 0;
-  for (int i = 0; i < count; i++) d += (n[i] + n_chunk - 1) / n_chunk;
-  return d;
 }

@@ -10,22 +10,37 @@
 
 #include "offload.h"
 
-static void print_graph_plan(const tsr_exec_t *o, const tsr_graph_t *g, FILE *f) {
-  fprintf(f, "\n%s graph (%d row%s per evaluation): matmul placement\n",
-          g->T == 1 ? "decode" : "prefill", g->T, g->T == 1 ? "" : "s");
+static const char *place_name(const tsr_exec_t *o, const tsr_place_t *pc, char *buf,
+                              size_t cap) {
+  if (pc->device == TSR_PLACE_CPU) return "cpu";
+  if (pc->device >= 0) return o->devs[pc->device].cd->name;
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int e = 0; e < o->n_devs && e < TSR_MAX_ROW_DEVICES; e++)
+    if (pc->rows_mask >> e & 1)
+      len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", len ? "+" : "",
+                              o->devs[e].cd->name);
+  return buf;
+}
+
+static void print_plan_table(const tsr_exec_t *o, const tsr_plan_t *p, FILE *f) {
+  const tsr_graph_t *g = &o->graph;
+  const int32_t T = p->rows;
+  fprintf(f, "\nbatch of %d row%s per evaluation: matmul placement\n", T, T == 1 ? "" : "s");
   fprintf(f, "  %5s %-9s %-18s %-7s %10s %10s %10s  %s\n", "layer", "op", "m x n x k", "place",
           "host us", "device us", "xfer us", "cause");
   int light = 0;
   const bool attn8 = o->attn.kind != TSR_ATTN_REFERENCE;
+  char names[128];
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
+    const tsr_place_t *pc = &p->at[i];
     if (n->op == TSR_NODE_ATTENTION && attn8) {
       char shape[40];
-      snprintf(shape, sizeof shape, "%dx(ctx)x%d B%d", g->T, o->attn_dims.head_dim,
-               o->attn.block);
+      snprintf(shape, sizeof shape, "%dx(ctx)x%d B%d", T, o->attn_dims.head_dim, o->attn.block);
       fprintf(f, "  %5d %-9s %-18s %-7s %10.1f %10.1f %10.1f  %s\n", n->layer, "attention",
-              shape, n->device < 0 ? "cpu" : o->devs[n->device].cd->name, n->est_cpu_s * 1e6,
-              n->est_dev_s * 1e6, n->est_xfer_s * 1e6, n->cause);
+              shape, place_name(o, pc, names, sizeof names), pc->est_cpu_s * 1e6,
+              pc->est_dev_s * 1e6, pc->est_xfer_s * 1e6, pc->cause);
       continue;
     }
     if (n->op != TSR_NODE_MATMUL) {
@@ -33,26 +48,55 @@ static void print_graph_plan(const tsr_exec_t *o, const tsr_graph_t *g, FILE *f)
       continue;
     }
     char shape[40];
-    snprintf(shape, sizeof shape, "%dx%dx%d", n->m, n->n, n->k);
-    const char *place = n->device < 0 ? "cpu" : o->devs[n->device].cd->name;
+    snprintf(shape, sizeof shape, "%dx%dx%d", T, n->n, n->k);
     char layer[12];
     if (n->layer < 0) snprintf(layer, sizeof layer, "-");
     else snprintf(layer, sizeof layer, "%d", n->layer);
     fprintf(f, "  %5s %-9s %-18s %-7s %10.1f %10.1f %10.1f  %s\n", layer,
-            tsr_mm_role_name(n->role), shape, place, n->est_cpu_s * 1e6, n->est_dev_s * 1e6,
-            n->est_xfer_s * 1e6, n->cause);
+            tsr_mm_role_name(n->role), shape, place_name(o, pc, names, sizeof names),
+            pc->est_cpu_s * 1e6, pc->est_dev_s * 1e6, pc->est_xfer_s * 1e6, pc->cause);
   }
   double cpu, xfer, dev;
-  tsr_plan_totals(o, g, &cpu, &xfer, &dev);
-  fprintf(f, "  + %d light ops (embedding, norms, RoPE, %sSwiGLU, residuals) on the host\n",
-          light, attn8 ? "" : "attention, ");
+  tsr_plan_totals(p, g, &cpu, &xfer, &dev);
+  fprintf(f, "  + %d light ops (embedding, norms, RoPE, KV append, %sSwiGLU, residuals) on the "
+             "host\n", light, attn8 ? "" : "attention, ");
   fprintf(f, "  projected per evaluation: host matmuls %.1f us, transfers %.1f us, device %.1f us "
              "(light ops not modeled; see --stats for measured time)\n",
           cpu * 1e6, xfer * 1e6, dev * 1e6);
 }
 
+/* One line per planned batch size: how much goes to the devices and the
+ * modeled time per row, so where the devices start to pay. */
+static void print_plan_summary(const tsr_exec_t *o, FILE *f) {
+  const tsr_graph_t *g = &o->graph;
+  fprintf(f, "\nby batch size (rows per evaluation; the executor uses the smallest planned "
+             "size >= the batch):\n");
+  fprintf(f, "  %6s %12s %14s %14s %14s %12s\n", "rows", "on devices", "host us/row",
+          "device us/row", "xfer us/row", "modeled/row");
+  for (int i = 0; i < o->n_plans; i++) {
+    const tsr_plan_t *p = &o->plans[i];
+    int on = 0, all = 0;
+    for (int32_t j = 0; j < g->n_nodes; j++) {
+      const tsr_node_t *n = &g->nodes[j];
+      if (n->op != TSR_NODE_MATMUL && !(n->op == TSR_NODE_ATTENTION &&
+                                        o->attn.kind != TSR_ATTN_REFERENCE))
+        continue;
+      all++;
+      on += p->at[j].device != TSR_PLACE_CPU;
+    }
+    double cpu, xfer, dev;
+    tsr_plan_totals(p, g, &cpu, &xfer, &dev);
+    const double r = p->rows;
+    char frac[32];
+    snprintf(frac, sizeof frac, "%d of %d", on, all);
+    fprintf(f, "  %6d %12s %14.2f %14.2f %14.2f %12.2f\n", p->rows, frac, cpu * 1e6 / r,
+            dev * 1e6 / r, xfer * 1e6 / r, (cpu + dev + xfer) * 1e6 / r);
+  }
+}
+
 void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
-  fprintf(f, "devices (layers split in order across the entries):\n");
+  fprintf(f, "devices (%s split across the entries):\n",
+          o->split == TSR_SPLIT_ROWS ? "each batch's rows" : "layers, in order,");
   for (int i = 0; i < o->n_devs; i++) {
     const tsr_ctx_device_t *cd = o->devs[i].cd;
     if (cd->host) {
@@ -68,26 +112,50 @@ void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
               c->launch_latency_s * 1e6);
     }
   }
-  fprintf(f, "precision %s, offload policy %s%s%s\n",
+  fprintf(f, "precision %s, offload policy %s%s%s, up to %d rows per evaluation\n",
           o->precision == TSR_PRECISION_INT8 ? "int8" : "fp32",
           o->ctx->opts.offload == TSR_OFFLOAD_ALL    ? "all"
           : o->ctx->opts.offload == TSR_OFFLOAD_NONE ? "none"
                                                      : "auto",
           o->ctx->opts.placement ? ", overrides " : "",
-          o->ctx->opts.placement ? o->ctx->opts.placement : "");
+          o->ctx->opts.placement ? o->ctx->opts.placement : "", o->max_rows);
   if (o->weight_bytes)
     fprintf(f, "weights resident on devices: %.2f MiB\n", (double)o->weight_bytes / 1048576.0);
   if (o->attn.kind != TSR_ATTN_REFERENCE) {
     char pat[96];
     tsr_attn_pattern_format(&o->attn, pat, sizeof pat);
     fprintf(f, "attention: int8 block-sparse, pattern %s (sizes in blocks of %d keys), KV "
-               "cache of %d positions%s",
-            pat, o->attn.block, o->attn_dims.max_seq, o->kv_dev_bytes ? "" : "\n");
-    if (o->kv_dev_bytes)
-      fprintf(f, ", resident on devices: %.2f MiB\n", (double)o->kv_dev_bytes / 1048576.0);
+               "cache of %d positions per sequence (%.2f MiB per sequence and layer on a "
+               "device)\n",
+            pat, o->attn.block, o->attn_dims.max_seq,
+            (double)tsr_attn_kv_bytes(&o->attn_dims) / 1048576.0);
   }
-  print_graph_plan(o, &o->decode, f);
-  print_graph_plan(o, &o->prefill, f);
+  print_plan_table(o, &o->plans[0], f);
+  if (o->n_plans > 1) print_plan_table(o, &o->plans[o->n_plans - 1], f);
+  print_plan_summary(o, f);
+}
+
+void tsr_exec_print_graph(const tsr_exec_t *o, FILE *f) {
+  const tsr_graph_t *g = &o->graph;
+  for (int p = 0; p < o->n_plans; p += o->n_plans - 1 > 0 ? o->n_plans - 1 : 1) {
+    const tsr_plan_t *pl = &o->plans[p];
+    fprintf(f, "graph: %d nodes, placed for batches of %d row%s\n", g->n_nodes, pl->rows,
+            pl->rows == 1 ? "" : "s");
+    fprintf(f, "%4s  %-10s %-8s %5s  %-14s %-16s %-8s  %s\n", "node", "op", "name", "layer",
+            "in -> out", "shape (m,n,k)", "place", "cause");
+    char names[128];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const tsr_node_t *n = &g->nodes[i];
+      char io[32], shape[32] = "";
+      snprintf(io, sizeof io, "%s -> %s", tsr_tensor_name(n->in), tsr_tensor_name(n->out));
+      if (n->op == TSR_NODE_MATMUL)
+        snprintf(shape, sizeof shape, "%d,%d,%d", pl->rows, n->n, n->k);
+      fprintf(f, "%4d  %-10s %-8s %5d  %-14s %-16s %-8s  %s\n", i, tsr_node_op_name(n->op),
+              n->op == TSR_NODE_MATMUL ? tsr_mm_role_name(n->role) : "", n->layer, io, shape,
+              place_name(o, &pl->at[i], names, sizeof names), pl->at[i].cause);
+    }
+    if (o->n_plans == 1) break;
+  }
 }
 
 /* The time device d's work would take on its board (see
@@ -111,7 +179,7 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
     out->fallbacks += s->fallbacks;
     out->cpu_s += s->host_s;
   }
-  for (int i = 0; i < 8; i++) out->cpu_s += o->light_s[i];
+  for (int i = 0; i < TSR_NODE_OP_COUNT; i++) out->cpu_s += o->light_s[i];
   for (int i = 0; i < o->n_devs; i++) {
     const tsr_exec_dev_t *d = &o->devs[i];
     out->device_calls += d->launches;
@@ -136,7 +204,8 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
 }
 
 void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
-  fprintf(f, "\nstats: per op (all layers together)\n");
+  fprintf(f, "\nstats: per op (all layers together), %" PRIu64 " evaluations of %.1f rows on "
+             "average\n", o->passes, o->passes ? (double)o->pass_rows / (double)o->passes : 0.0);
   fprintf(f, "  %-9s %7s %7s %8s %11s %11s %12s %12s %10s %10s %6s\n", "op", "calls", "on dev",
           "tiles", "bytes up", "bytes down", "dev cycles", "model cyc", "dev ms*", "host ms",
           "fallbk");
@@ -156,7 +225,7 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             "attention", a->calls, a->device_calls, a->descs, a->bytes_up, a->bytes_down,
             a->cycles, a->model_cycles, a->proj_s * 1e3, o->light_s[TSR_NODE_ATTENTION] * 1e3,
             a->fallbacks);
-  for (int op = 0; op < 8; op++) {
+  for (int op = 0; op < TSR_NODE_OP_COUNT; op++) {
     if (!o->light_calls[op] || op == TSR_NODE_MATMUL) continue;
     if (op == TSR_NODE_ATTENTION && a->calls) continue;
     fprintf(f, "  %-9s %7" PRIu64 " %7s %8s %11s %11s %12s %12s %10s %10.3f\n",
@@ -194,13 +263,15 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
                " bytes, at %.1f GB/s + %.0f us each)\n",
             cyc_s * 1e3, launch_s * 1e3, d->launches, c->launch_latency_s * 1e6, link_s * 1e3,
             d->xfers, d->xfer_bytes, c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
-    const double per = d->tiles ? 1e6 / (double)d->tiles : 0.0;
+    const double per = d->launches ? 1e6 / (double)d->launches : 0.0;
     fprintf(f, "  host wall time waiting for it: %.3f ms%s\n", d->wait_wall_s * 1e3,
             strncmp(d->cd->spec, "sim", 3) ? "" : " (simulation time, not hardware time)");
-    fprintf(f, "  host cost around its tiles: %.3f ms, %.2f us per tile: runtime %.2f us "
-               "(descriptors, bookkeeping, dequantization) + backend copies/submit %.2f us\n",
+    fprintf(f, "  host cost around its launches: %.3f ms, %.2f us per launch: runtime %.2f us "
+               "(descriptors, bookkeeping, dequantization) + backend copies/submit %.2f us; "
+               "%" PRIu64 " matmul rows, %.1f per launch\n",
             d->host_overhead_s * 1e3, d->host_overhead_s * per,
-            (d->host_overhead_s - d->hal_s) * per, d->hal_s * per);
+            (d->host_overhead_s - d->hal_s) * per, d->hal_s * per, d->rows,
+            d->launches ? (double)d->rows / (double)d->launches : 0.0);
     if (d->cd->hal->vt->print_stats) d->cd->hal->vt->print_stats(d->cd->hal, f);
   }
   tsr_session_stats_t t;

@@ -1,9 +1,9 @@
 /*
- * test_offload.c - the partitioner, the tile-streaming executor and the
- * trace: placements and their causes under given device parameters, tile
- * splitting of odd shapes (bit-exact against the host), two tiles in flight,
- * fallback and --no-fallback, and the Chrome trace as valid JSON with
- * balanced events on the expected tracks.
+ * test_offload.c - the partitioner, the executor and the trace: placements
+ * and their causes under given device parameters and batch sizes, descriptor
+ * counts of odd shapes (bit-exact against the host), launches of a rows
+ * split in flight together, fallback and --no-fallback, and the Chrome trace
+ * as valid JSON with balanced events on the expected tracks.
  */
 #include <ctype.h>
 #include <math.h>
@@ -35,6 +35,9 @@ static int setup(void) {
          gen(big_model, sizeof big_model, "big", 1024, 2816, 1, 16, 16, 512);
 }
 
+/* --split for the next rig_open. */
+static tsr_split_t rig_split = TSR_SPLIT_LAYERS;
+
 typedef struct {
   tsr_context_t *ctx;
   tsr_model_t *model;
@@ -57,6 +60,7 @@ static tsr_status_t rig_open(rig_t *r, const char *model, const char *devices,
   o.trace_path = trace;
   o.quiet = true;
   o.device_timeout_ms = 300;
+  o.split = rig_split;
   tsr_status_t s = tsr_context_create(&o, &r->ctx);
   if (!s) s = tsr_model_load(r->ctx, model, NULL, &r->model);
   tsr_session_options_t so;
@@ -72,20 +76,23 @@ static void rig_close(rig_t *r) {
   tsr_context_destroy(r->ctx);
 }
 
-/* Every matmul of graph `g` placed on `dev` (TSR_PLACE_CPU for the host)
- * with a cause containing `needle`. */
-static void expect_all(const tsr_graph_t *g, int dev, const char *needle) {
+/* Every matmul of the engine's plan for `rows` rows placed on `dev`
+ * (TSR_PLACE_CPU for the host) with a cause containing `needle`. */
+static void expect_all(const tsr_exec_t *e, int32_t rows, int dev, const char *needle) {
+  const tsr_graph_t *g = &e->graph;
+  const tsr_plan_t *pl = tsr_exec_plan(e, rows);
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
+    const tsr_place_t *pc = &pl->at[i];
     if (n->op != TSR_NODE_MATMUL) {
-      CU_ASSERT_EQUAL(n->device, TSR_PLACE_CPU);
+      CU_ASSERT_EQUAL(pc->device, TSR_PLACE_CPU);
       continue;
     }
-    if (n->device != dev || !strstr(n->cause, needle))
+    if (pc->device != dev || !strstr(pc->cause, needle))
       fprintf(stderr, "node %d (%s, layer %d): device %d, cause '%s'; wanted %d '%s'\n", i,
-              tsr_mm_role_name(n->role), n->layer, n->device, n->cause, dev, needle);
-    CU_ASSERT_EQUAL(n->device, dev);
-    CU_ASSERT_PTR_NOT_NULL(strstr(n->cause, needle));
+              tsr_mm_role_name(n->role), n->layer, pc->device, pc->cause, dev, needle);
+    CU_ASSERT_EQUAL(pc->device, dev);
+    CU_ASSERT_PTR_NOT_NULL(strstr(pc->cause, needle));
   }
 }
 
@@ -97,14 +104,14 @@ static void test_small_stays_on_host(void) {
                          TSR_PRECISION_INT8));
   if (r.sess) {
     tsr_exec_t *e = tsr_session_exec(r.sess);
-    expect_all(&e->decode, TSR_PLACE_CPU, ">= host");
-    expect_all(&e->prefill, TSR_PLACE_CPU, ">= host");
+    expect_all(e, 1, TSR_PLACE_CPU, ">= host");
+    expect_all(e, 4, TSR_PLACE_CPU, ">= host");
   }
   rig_close(&r);
 }
 
-/* A large prefill GEMM on a big, fast array beats the host; the same
- * weights in decode (one row) stay on the host. */
+/* A large batch's GEMMs on a big, fast array beat the host (for one row it
+ * depends on this machine's speed: not asserted). */
 static void test_large_prefill_goes_to_device(void) {
   rig_t r;
   TSR_ASSERT_OK(rig_open(&r, big_model, "fmodel:rows=128,cols=128,clock=2000,bw=512",
@@ -112,12 +119,15 @@ static void test_large_prefill_goes_to_device(void) {
   if (r.sess) {
     tsr_exec_t *e = tsr_session_exec(r.sess);
     int on_dev = 0;
-    for (int32_t i = 0; i < e->prefill.n_nodes; i++) {
-      const tsr_node_t *n = &e->prefill.nodes[i];
+    const tsr_plan_t *pl = tsr_exec_plan(e, 64), *one = tsr_exec_plan(e, 1);
+    CU_ASSERT_EQUAL(pl->rows, 64);
+    CU_ASSERT_EQUAL(one->rows, 1);
+    for (int32_t i = 0; i < e->graph.n_nodes; i++) {
+      const tsr_node_t *n = &e->graph.nodes[i];
       if (n->op != TSR_NODE_MATMUL || n->layer < 0) continue;
-      CU_ASSERT_EQUAL(n->device, 0);
-      CU_ASSERT_PTR_NOT_NULL(strstr(n->cause, "< host"));
-      on_dev += n->device == 0;
+      CU_ASSERT_EQUAL(pl->at[i].device, 0);
+      CU_ASSERT_PTR_NOT_NULL(strstr(pl->at[i].cause, "< host"));
+      on_dev += pl->at[i].device == 0;
     }
     CU_ASSERT_EQUAL(on_dev, 7);
     CU_ASSERT_TRUE(e->weight_bytes >= (uint64_t)7 * 1024 * 1024);
@@ -129,33 +139,36 @@ static void test_policies_and_overrides(void) {
   rig_t r;
   TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
                          TSR_PRECISION_INT8));
-  if (r.sess) expect_all(&tsr_session_exec(r.sess)->decode, 0, "--offload all");
+  if (r.sess) expect_all(tsr_session_exec(r.sess), 1, 0, "--offload all");
   rig_close(&r);
   TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_NONE, NULL, true, NULL,
                          TSR_PRECISION_INT8));
-  if (r.sess) expect_all(&tsr_session_exec(r.sess)->decode, TSR_PLACE_CPU, "--offload none");
+  if (r.sess) expect_all(tsr_session_exec(r.sess), 1, TSR_PLACE_CPU, "--offload none");
   rig_close(&r);
   TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
                          TSR_PRECISION_FP32));
-  if (r.sess) expect_all(&tsr_session_exec(r.sess)->decode, TSR_PLACE_CPU, "fp32 precision");
+  if (r.sess) expect_all(tsr_session_exec(r.sess), 1, TSR_PLACE_CPU, "fp32 precision");
   rig_close(&r);
   /* --place: ffn on the host, attn_q explicitly on dev0, the rest by policy */
   TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_NONE, "ffn=cpu,attn_q=dev0",
                          true, NULL, TSR_PRECISION_INT8));
   if (r.sess) {
-    const tsr_graph_t *g = &tsr_session_exec(r.sess)->decode;
+    const tsr_exec_t *e = tsr_session_exec(r.sess);
+    const tsr_graph_t *g = &e->graph;
+    const tsr_plan_t *pl = tsr_exec_plan(e, 1);
     for (int32_t i = 0; i < g->n_nodes; i++) {
       const tsr_node_t *n = &g->nodes[i];
+      const tsr_place_t *pc = &pl->at[i];
       if (n->op != TSR_NODE_MATMUL) continue;
       if (n->role == TSR_MM_Q) {
-        CU_ASSERT_EQUAL(n->device, 0);
-        CU_ASSERT_STRING_EQUAL(n->cause, "--place attn_q=dev0");
+        CU_ASSERT_EQUAL(pc->device, 0);
+        CU_ASSERT_STRING_EQUAL(pc->cause, "--place attn_q=dev0");
       } else if (n->role >= TSR_MM_GATE && n->role <= TSR_MM_DOWN) {
-        CU_ASSERT_EQUAL(n->device, TSR_PLACE_CPU);
-        CU_ASSERT_STRING_EQUAL(n->cause, "--place ffn=cpu");
+        CU_ASSERT_EQUAL(pc->device, TSR_PLACE_CPU);
+        CU_ASSERT_STRING_EQUAL(pc->cause, "--place ffn=cpu");
       } else {
-        CU_ASSERT_EQUAL(n->device, TSR_PLACE_CPU);
-        CU_ASSERT_STRING_EQUAL(n->cause, "--offload none");
+        CU_ASSERT_EQUAL(pc->device, TSR_PLACE_CPU);
+        CU_ASSERT_STRING_EQUAL(pc->cause, "--offload none");
       }
     }
   }
@@ -179,28 +192,33 @@ static void test_layer_split(void) {
   TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel,cpu", TSR_OFFLOAD_ALL, NULL, true, NULL,
                          TSR_PRECISION_INT8));
   if (r.sess) {
-    const tsr_graph_t *g = &tsr_session_exec(r.sess)->decode;
+    const tsr_exec_t *e = tsr_session_exec(r.sess);
+    const tsr_graph_t *g = &e->graph;
+    const tsr_plan_t *pl = tsr_exec_plan(e, 1);
     for (int32_t i = 0; i < g->n_nodes; i++) {
       const tsr_node_t *n = &g->nodes[i];
       if (n->op != TSR_NODE_MATMUL) continue;
       bool first = n->layer >= 0 && n->layer <= 2;
-      CU_ASSERT_EQUAL(n->device, first ? 0 : TSR_PLACE_CPU);
-      if (!first) CU_ASSERT_PTR_NOT_NULL(strstr(n->cause, "layer split"));
+      CU_ASSERT_EQUAL(pl->at[i].device, first ? 0 : TSR_PLACE_CPU);
+      if (!first) CU_ASSERT_PTR_NOT_NULL(strstr(pl->at[i].cause, "layer split"));
     }
   }
   rig_close(&r);
 }
 
 static void test_tile_arithmetic(void) {
-  tsr_hal_caps_t caps = {.array_rows = 16};
-  CU_ASSERT_EQUAL(tsr_tile_rows(&caps, 1), 1);
-  CU_ASSERT_EQUAL(tsr_tile_rows(&caps, 15), 15);
-  CU_ASSERT_EQUAL(tsr_tile_rows(&caps, 64), 16);
   int32_t n1[] = {1}, n2[] = {4096, 4097, 8193}, n3[] = {72, 24, 24};
-  CU_ASSERT_EQUAL(tsr_tile_descs(n1, 1, 4096), 1);
-  CU_ASSERT_EQUAL(tsr_tile_descs(n2, 3, 4096), 1 + 2 + 3);
-  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 4096), 3);
-  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 7), 11 + 4 + 4);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n1, 1, 4096, 1, 4096), 1);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n2, 3, 4096, 64, 4096), 1 + 2 + 3);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 4096, 64, 4096), 3);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 7, 16, 16), 11 + 4 + 4);
+  CU_ASSERT_EQUAL(tsr_tile_descs(n3, 3, 7, 17, 16), 2 * (11 + 4 + 4));
+  /* row shares of a split: contiguous, covering, as even as can be */
+  CU_ASSERT_EQUAL(tsr_rows_share(7, 2, 0), 0);
+  CU_ASSERT_EQUAL(tsr_rows_share(7, 2, 1), 3);
+  CU_ASSERT_EQUAL(tsr_rows_share(7, 2, 2), 7);
+  CU_ASSERT_EQUAL(tsr_rows_share(1, 3, 1), 0);
+  CU_ASSERT_EQUAL(tsr_rows_share(1, 3, 3), 1);
 }
 
 /* Logits after a 37-token prefill and 5 decode steps. */
@@ -382,15 +400,17 @@ static char *slurp(const char *path) {
 }
 
 /* The trace is one JSON array; it names the host, copy and device tracks;
- * B/E events balance per track; device runs are complete events, and two
- * tiles of one group overlap (the second was queued before the first
- * finished: double buffering). */
+ * B/E events balance per track; device runs are complete events, and with
+ * the rows split over two devices their launches overlap (the second device
+ * was queued before the first finished). */
 static void test_trace(void) {
   char path[600];
   snprintf(path, sizeof path, "%s/trace.json", tsr_test_tmpdir());
   rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, path,
+  rig_split = TSR_SPLIT_ROWS;
+  TSR_ASSERT_OK(rig_open(&r, small_model, "fmodel,fmodel", TSR_OFFLOAD_ALL, NULL, true, path,
                          TSR_PRECISION_INT8));
+  rig_split = TSR_SPLIT_LAYERS;
   float l[512];
   if (r.sess) run_tokens(r.sess, l, 512);
   rig_close(&r);
@@ -422,7 +442,7 @@ static void test_trace(void) {
   }
   for (int t = 0; t < 16; t++) bad += depth[t] != 0;
   CU_ASSERT_EQUAL(bad, 0);
-  CU_ASSERT_TRUE(xs > 100);
+  CU_ASSERT_TRUE(xs > 60);
   CU_ASSERT_TRUE(overlaps > 0);
   printf("REPORT trace: %d device runs, %d began while the previous was in flight\n", xs,
          overlaps);
@@ -439,6 +459,6 @@ int main(void) {
   CU_add_test(s, "tile arithmetic", test_tile_arithmetic);
   CU_add_test(s, "odd shapes bit-exact through the device", test_odd_shapes_bit_exact);
   CU_add_test(s, "fallback and --no-fallback", test_fallback);
-  CU_add_test(s, "trace is JSON, balanced, double-buffered", test_trace);
+  CU_add_test(s, "trace is JSON, balanced, split launches in flight together", test_trace);
   return tsr_test_run_all();
 }

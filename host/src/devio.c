@@ -1,0 +1,90 @@
+/* devio.c - HAL calls with accounting and tracing (see devio.h). */
+#include "devio.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "trace.h"
+
+tsr_status_t tsr_dio_write(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_buffer_t *buf,
+                           uint64_t off, const void *src, size_t n, bool count) {
+  tsr_hal_device_t *h = d->cd->hal;
+  tsr_trace_t *tr = o->ctx->trace;
+  if (count) tsr_trace_begin(tr, o->track_copy, "write", "copy", -1);
+  double t0 = tsr_now_s();
+  tsr_status_t s = h->vt->write(h, buf, off, src, n);
+  if (count) {
+    d->hal_s += tsr_now_s() - t0;
+    d->xfers++;
+    d->xfer_bytes += n;
+    char args[48];
+    snprintf(args, sizeof args, "\"bytes\": %zu", n);
+    tsr_trace_end(tr, o->track_copy, args, -1);
+  }
+  return s;
+}
+
+tsr_status_t tsr_dio_read(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_buffer_t *buf,
+                          uint64_t off, void *dst, size_t n) {
+  tsr_hal_device_t *h = d->cd->hal;
+  tsr_trace_t *tr = o->ctx->trace;
+  tsr_trace_begin(tr, o->track_copy, "read", "copy", -1);
+  double t0 = tsr_now_s();
+  tsr_status_t s = h->vt->read(h, buf, off, dst, n);
+  d->hal_s += tsr_now_s() - t0;
+  d->xfers++;
+  d->xfer_bytes += n;
+  char args[48];
+  snprintf(args, sizeof args, "\"bytes\": %zu", n);
+  tsr_trace_end(tr, o->track_copy, args, -1);
+  return s;
+}
+
+tsr_status_t tsr_dio_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_command_t *cmd,
+                            uint64_t *fence) {
+  (void)o;
+  tsr_hal_device_t *h = d->cd->hal;
+  double t0 = tsr_now_s();
+  tsr_status_t s = h->vt->submit(h, cmd, fence);
+  d->hal_s += tsr_now_s() - t0;
+  d->submit_us = tsr_trace_now_us(o->ctx->trace);
+  return s;
+}
+
+tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, const char *what,
+                          tsr_hal_result_t *res) {
+  tsr_hal_device_t *h = d->cd->hal;
+  tsr_trace_t *tr = o->ctx->trace;
+  memset(res, 0, sizeof *res);
+  double t0 = tsr_now_s();
+  tsr_status_t s =
+      h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, res);
+  d->wait_wall_s += tsr_now_s() - t0;
+  if (tr) {
+    char args[128];
+    snprintf(args, sizeof args, "\"descriptors\": %u, \"cycles\": %" PRIu64, res->desc_done,
+             res->cycles);
+    tsr_trace_complete(tr, d->trace_track, what, "device", d->submit_us,
+                       tsr_trace_now_us(tr) - d->submit_us, args);
+  }
+  if (s) return s;
+  if (res->hw_status != TSR_HWERR_OK)
+    return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, res->err_index,
+                   tsr_hal_hwerr_name(res->hw_status));
+  d->launches++;
+  d->cycles += res->cycles;
+  d->tiles += res->desc_done;
+  return TSR_OK;
+}
+
+tsr_status_t tsr_dio_alloc(tsr_exec_dev_t *d, uint64_t size, tsr_hal_buffer_t *out) {
+  tsr_hal_device_t *h = d->cd->hal;
+  return h->vt->alloc(h, size ? size : 64, 64, out);
+}
+
+void tsr_dio_free(tsr_exec_dev_t *d, tsr_hal_buffer_t *buf) {
+  if (!buf->size) return;
+  tsr_hal_device_t *h = d->cd->hal;
+  h->vt->free(h, buf);
+  memset(buf, 0, sizeof *buf);
+}

@@ -1,0 +1,64 @@
+/*
+ * plan.h - placement of the graph's nodes for one batch size, beside the
+ * graph (graph.h) rather than inside it.
+ *
+ * Internal header. The partitioner (plan.c) alone decides where every node
+ * runs, including whether a device can hold the weights and staging it
+ * would need; the executor only follows a plan. An engine keeps one plan per
+ * batch size it considers (1, 2, 4, ... up to its rows per pass), so the
+ * cost model sees the batch: a group that loses to the host at one row may
+ * win at 64.
+ */
+#ifndef TSR_PLAN_H
+#define TSR_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "graph.h"
+
+struct tsr_engine;
+
+/* tsr_place_t.device: the host, or rows spread over the engine's row
+ * devices (--split rows); otherwise an index into the engine's devices. */
+#define TSR_PLACE_CPU (-1)
+#define TSR_PLACE_ROWS (-2)
+/* Device entries a rows split can address (a 64-bit mask). */
+#define TSR_MAX_ROW_DEVICES 64
+
+typedef struct tsr_place {
+  int32_t device;
+  uint64_t rows_mask; /* TSR_PLACE_ROWS: the entries sharing the rows (bit e;
+                         "cpu" entries take their share on the host)      */
+  char cause[192];  /* why it went there */
+  double est_cpu_s, est_dev_s, est_xfer_s; /* cost model, per evaluation */
+} tsr_place_t;
+
+typedef struct tsr_plan {
+  int32_t rows;      /* batch rows this plan was costed for */
+  tsr_place_t *at;   /* (graph n_nodes) */
+} tsr_plan_t;
+
+/* Rows per device of a matmul spread over n devices: device i of n takes
+ * rows [tsr_rows_share(R, n, i), tsr_rows_share(R, n, i + 1)). */
+static inline int32_t tsr_rows_share(int32_t R, int n, int i) {
+  return (int32_t)((int64_t)R * i / n);
+}
+
+/* Places every node of the engine's graph for batches of `rows` rows (see
+ * the passes in plan.c). */
+tsr_status_t tsr_plan_build(struct tsr_engine *o, int32_t rows, tsr_plan_t *out);
+void tsr_plan_free(tsr_plan_t *p);
+/* Modeled per-evaluation seconds of `p`: host matmuls (measured kernel
+ * time), transfers (link model), device (cycle model). */
+void tsr_plan_totals(const tsr_plan_t *p, const tsr_graph_t *g, double *cpu_s,
+                     double *xfer_s, double *dev_s);
+
+/* Descriptors of one launch of a matmul group of `count` members of n[i]
+ * outputs over m rows: N in chunks of at most n_chunk, M in chunks of at
+ * most m_chunk (tiles.c; the executor and the cost model both count so). */
+int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk, int32_t m,
+                       int32_t m_chunk);
+#define TSR_TILE_N_CHUNK 4096
+
+#endif
