@@ -491,8 +491,9 @@ tsr_device_list(tsr_device_info_t *infos, size_t cap, size_t *out_count);
  * fallback, retries, device_timeout_ms and quiet options apply to every
  * command. If `ctx` was created with the same spec in its device list, the
  * device is that entry's: one HAL device and one lock shared with the
- * context's sessions (a board opens once, and its memory is one budget);
- * otherwise a new instance is opened. Opening a spec already open through
+ * context's sessions (a board opens once, and its memory is one budget;
+ * a reset after a failure also drops the sessions' queued launches, which
+ * they retry); otherwise a new instance is opened. Opening a spec already open through
  * this API on `ctx` returns the same device with its reference count
  * raised. UNAVAILABLE (with the reason) when the backend is absent here or
  * computes nothing; fallback does not apply to opening. `spec` borrowed.
