@@ -34,7 +34,7 @@ bool cli_parse_f64(const char *cmd, const char *flag, const char *s, double lo,
  * NULL (with a message) if it is missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 /* The device and partitioning options shared by run, plan and attn:
- * --device, --offload, --place, --no-fallback, --retries, --device-timeout,
+ * --device, --split, --offload, --place, --no-fallback, --retries, --device-timeout,
  * --trace, --quiet. Returns 1 if argv[*i] was one of them (consuming its
  * value), 0 if not, -1 on a bad value (message printed). */
 int cli_device_option(const char *cmd, int argc, char **argv, int *i,
@@ -43,6 +43,8 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --device LIST      where layers run, split in order: cpu (default), sim,\n"     \
   "                         fmodel, opencl, xrt, usb, with options (sim:latency=80);\n" \
   "                         e.g. sim, sim,sim, sim,cpu\n"                                \
+  "      --split S          how several entries share the work: layers (default: each\n" \
+  "                         a range of layers) | rows (each a share of every batch)\n"  \
   "      --offload P        auto (cost model, default) | all | none\n"                   \
   "      --place OP=WHERE   override placement: OP attn_q..output, attn, ffn, all;\n"    \
   "                         WHERE cpu, a device name (sim0) or devN (comma-separated)\n" \

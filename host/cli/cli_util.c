@@ -95,6 +95,14 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   } else if (!strcmp(a, "--place")) {
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     opts->placement = v;
+  } else if (!strcmp(a, "--split")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(v, "layers")) opts->split = TSR_SPLIT_LAYERS;
+    else if (!strcmp(v, "rows")) opts->split = TSR_SPLIT_ROWS;
+    else {
+      fprintf(stderr, "tessera %s: --split: '%s' is not layers or rows\n", cmd, v);
+      return -1;
+    }
   } else if (!strcmp(a, "--no-fallback")) {
     opts->fallback = false;
   } else if (!strcmp(a, "--retries")) {
