@@ -4,8 +4,9 @@
  * arguments, int32 results equal to a naive triple loop written here on
  * fmodel (and sim when the RTL library loads), the failure policy under
  * the functional model's fault injection (hang, fail, lost) with fallback
- * on and off, sharing with the context's device list, and four threads on
- * one device.
+ * on and off, sharing with the context's device list (with a session on
+ * the same device when stories260K.gguf is there), and four threads on one
+ * device.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -211,6 +212,105 @@ static void test_shared_with_context(void) {
   tsr_context_destroy(ctx);
 }
 
+/* ---- a worker: 6 commands on one device, checked ---- */
+
+typedef struct {
+  tsr_device_t *dev;
+  int id;
+  int good, bad;
+} worker_t;
+
+static void *worker(void *arg) {
+  worker_t *wk = arg;
+  for (int r = 0; r < 6; r++) {
+    problem_t p;
+    problem_init(&p, wk->dev, 17 + (size_t)wk->id, 23 + (size_t)r, 64 + 5 * (size_t)r,
+                 (size_t)r % 2, 1000 * (uint64_t)wk->id + (uint64_t)r);
+    tsr_gemm_t g = problem_gemm(&p);
+    tsr_event_t *ev = NULL;
+    tsr_status_t s = tsr_gemm_enqueue(wk->dev, &g, &ev);
+    if (!s) s = tsr_event_wait(ev, TSR_WAIT_FOREVER);
+    if (!s && problem_check(&p)) wk->good++;
+    else wk->bad++;
+    tsr_status_free(s);
+    tsr_event_destroy(ev);
+    problem_free(&p);
+  }
+  return NULL;
+}
+
+/* The context's device used by a session and by this API in turn: the
+ * session's logits do not change, and neither do the API's buffers. */
+static void test_with_session(void) {
+  const char *model_path = tsr_test_model_or_skip("stories260K.gguf");
+  if (!model_path) return;
+  tsr_context_options_t o;
+  tsr_context_options_init(&o);
+  o.n_threads = 2;
+  o.devices = "fmodel";
+  o.offload = TSR_OFFLOAD_ALL;
+  o.fallback = false;
+  tsr_context_t *ctx = NULL;
+  tsr_model_t *model = NULL;
+  tsr_session_t *sess = NULL;
+  TSR_ASSERT_OK(tsr_context_create(&o, &ctx));
+  if (ctx) TSR_ASSERT_OK(tsr_model_load(ctx, model_path, NULL, &model));
+  tsr_session_options_t so;
+  tsr_session_options_init(&so);
+  so.precision = TSR_PRECISION_INT8;
+  if (model) TSR_ASSERT_OK(tsr_session_create(model, &so, &sess));
+  tsr_device_t *dev = sess ? open_dev(ctx, "fmodel") : NULL;
+  if (dev) {
+    tsr_model_config_t cfg;
+    tsr_model_config(model, &cfg);
+    int32_t tokens[16];
+    size_t nt = 0;
+    TSR_ASSERT_OK(tsr_model_tokenize(model, "Once upon a time", true, false, tokens, 16, &nt));
+    float *first = calloc((size_t)cfg.vocab_size, sizeof(float));
+    const float *logits = NULL;
+    problem_t p;
+    problem_init(&p, dev, 40, 24, 64, 2, 31);
+    for (int round = 0; round < 3; round++) {
+      tsr_session_reset(sess);
+      TSR_ASSERT_OK(tsr_session_eval(sess, tokens, nt, &logits));
+      if (!logits) break;
+      if (round == 0) memcpy(first, logits, (size_t)cfg.vocab_size * sizeof(float));
+      else CU_ASSERT(!memcmp(first, logits, (size_t)cfg.vocab_size * sizeof(float)));
+      tsr_gemm_t g = problem_gemm(&p);
+      tsr_event_t *ev = NULL;
+      TSR_ASSERT_OK(tsr_gemm_enqueue(dev, &g, &ev));
+      TSR_ASSERT_OK(tsr_event_wait(ev, TSR_WAIT_FOREVER));
+      tsr_event_info_t info;
+      tsr_event_query(ev, &info);
+      CU_ASSERT_EQUAL(info.state, TSR_EVENT_DONE);
+      CU_ASSERT(problem_check(&p));
+      tsr_event_destroy(ev);
+    }
+    /* and at the same time: commands from another thread during evals */
+    worker_t wk = {.dev = dev, .id = 9};
+    pthread_t th;
+    pthread_create(&th, NULL, worker, &wk);
+    for (int round = 0; round < 3 && logits; round++) {
+      tsr_session_reset(sess);
+      TSR_ASSERT_OK(tsr_session_eval(sess, tokens, nt, &logits));
+      if (logits) CU_ASSERT(!memcmp(first, logits, (size_t)cfg.vocab_size * sizeof(float)));
+    }
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(wk.good, 6);
+    CU_ASSERT_EQUAL(wk.bad, 0);
+    tsr_session_stats_t st;
+    tsr_session_get_stats(sess, &st);
+    CU_ASSERT(st.device_calls > 0);
+    CU_ASSERT_EQUAL(st.fallbacks, 0);
+    problem_free(&p);
+    free(first);
+    tsr_device_close(dev);
+  }
+  tsr_session_destroy(sess);
+  tsr_model_destroy(model);
+  tsr_context_destroy(ctx);
+}
+
 /* ---- bad arguments ---- */
 
 static void test_bad_buffers(void) {
@@ -370,7 +470,7 @@ static void test_results_fmodel(void) { results_on("fmodel:mem=16M"); }
 
 static void test_results_sim(void) {
   if (!g_have_sim) {
-    printf("SKIP sim: %s\n", g_sim_reason);
+    tsr_test_skip("sim: %s", g_sim_reason);
     return;
   }
   results_on("sim:mem=16M");
@@ -554,31 +654,6 @@ static void test_lost(void) {
 
 /* ---- threads ---- */
 
-typedef struct {
-  tsr_device_t *dev;
-  int id;
-  int good, bad;
-} worker_t;
-
-static void *worker(void *arg) {
-  worker_t *wk = arg;
-  for (int r = 0; r < 6; r++) {
-    problem_t p;
-    problem_init(&p, wk->dev, 17 + (size_t)wk->id, 23 + (size_t)r, 64 + 5 * (size_t)r,
-                 (size_t)r % 2, 1000 * (uint64_t)wk->id + (uint64_t)r);
-    tsr_gemm_t g = problem_gemm(&p);
-    tsr_event_t *ev = NULL;
-    tsr_status_t s = tsr_gemm_enqueue(wk->dev, &g, &ev);
-    if (!s) s = tsr_event_wait(ev, TSR_WAIT_FOREVER);
-    if (!s && problem_check(&p)) wk->good++;
-    else wk->bad++;
-    tsr_status_free(s);
-    tsr_event_destroy(ev);
-    problem_free(&p);
-  }
-  return NULL;
-}
-
 static void test_threads(void) {
   tsr_context_t *ctx = make_ctx(NULL, false, 0, 60000);
   tsr_device_t *dev = open_dev(ctx, "fmodel:mem=64M");
@@ -625,6 +700,7 @@ int main(void) {
   CU_add_test(su, "list backends", test_list);
   CU_add_test(su, "open: errors, same spec twice, caps", test_open_errors);
   CU_add_test(su, "a device of the context's list", test_shared_with_context);
+  CU_add_test(su, "a session and this API on one device in turn", test_with_session);
   CU_add_test(su, "buffers: bad arguments, round trip", test_bad_buffers);
   CU_add_test(su, "gemm: bad arguments", test_bad_gemms);
   CU_add_test(su, "results on fmodel", test_results_fmodel);
