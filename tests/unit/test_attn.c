@@ -315,10 +315,12 @@ static void test_full_mask_is_dense(void) {
         sum += e;
       }
     }
+  /* Measured when the ceilings were set: max abs 0.00381, mean abs 0.000519;
+   * the ceilings leave about 1.6x. */
   printf("\nREPORT attn int8 dense vs fp32 (heads %d/%d, dim %d, seq %d): max abs %.5f, mean "
-         "abs %.6f (tolerance 0.03 / 0.005)\n", H, G, D, S, max_err, sum / (S * H * D));
-  CU_ASSERT_TRUE(max_err < 0.03);
-  CU_ASSERT_TRUE(sum / (S * H * D) < 0.005);
+         "abs %.6f (ceilings 0.006 / 0.00085)\n", H, G, D, S, max_err, sum / (S * H * D));
+  CU_ASSERT_TRUE(max_err < 0.006);
+  CU_ASSERT_TRUE(sum / (S * H * D) < 0.00085);
   result_free(&dense);
   result_free(&full);
 }
@@ -440,8 +442,15 @@ static void test_session_rtl(void) {
 
 /* Teacher-forced on the fp32 reference's greedy tokens: agreement of the
  * argmax and logit errors of each pattern against fp32 attention. */
+/* What a pattern must keep on a model over the teacher-forced steps: a floor
+ * on the greedy agreement, ceilings on the logit errors. */
+typedef struct {
+  const char *attn;
+  double min_agree_pct, max_mean_abs, max_max_abs;
+} acc_bound_t;
+
 static void accuracy(const char *name, const char *model, const char *tok, int steps,
-                     const char *const *attns, int n_attn) {
+                     const acc_bound_t *bounds, int n_attn) {
   tsr_context_t *ctx = NULL;
   tsr_model_t *m = NULL;
   tsr_session_t *s = NULL;
@@ -467,7 +476,7 @@ static void accuracy(const char *name, const char *model, const char *tok, int s
   }
   close_session(ctx, m, s);
   for (int a = 0; a < n_attn; a++) {
-    TSR_ASSERT_OK(open_session(model, tok, "cpu", attns[a], TSR_OFFLOAD_AUTO, &ctx, &m, &s));
+    TSR_ASSERT_OK(open_session(model, tok, "cpu", bounds[a].attn, TSR_OFFLOAD_AUTO, &ctx, &m, &s));
     if (!s) continue;
     int agree = 0;
     double max_err = 0, sum_err = 0;
@@ -487,20 +496,46 @@ static void accuracy(const char *name, const char *model, const char *tok, int s
     }
     tsr_session_stats_t st;
     tsr_session_get_stats(s, &st);
+    const double agree_pct = 100.0 * agree / steps, mean_abs = sum_err / ((double)V * steps);
     printf("REPORT attn accuracy %-11s %-26s greedy agreement %5.1f%% of %d, logits max abs "
-           "%.4f mean abs %.5f, density %.1f%%\n", name, attns[a], 100.0 * agree / steps, steps,
-           max_err, sum_err / ((double)V * steps),
+           "%.4f mean abs %.5f, density %.1f%%\n", name, bounds[a].attn, agree_pct, steps,
+           max_err, mean_abs,
            st.attn_dense_blocks ? 100.0 * (double)st.attn_blocks / (double)st.attn_dense_blocks
                                 : 0.0);
-    if (!strncmp(attns[a], "dense", 5)) CU_ASSERT_TRUE(agree >= steps * 9 / 10);
+    if (agree_pct < bounds[a].min_agree_pct || mean_abs > bounds[a].max_mean_abs ||
+        max_err > bounds[a].max_max_abs)
+      fprintf(stderr, "%s %s: agreement %.1f%% (floor %.1f%%), mean abs %.5f (ceiling %.5f), "
+              "max abs %.4f (ceiling %.4f)\n", name, bounds[a].attn, agree_pct,
+              bounds[a].min_agree_pct, mean_abs, bounds[a].max_mean_abs, max_err,
+              bounds[a].max_max_abs);
+    CU_ASSERT_TRUE(agree_pct >= bounds[a].min_agree_pct);
+    CU_ASSERT_TRUE(mean_abs <= bounds[a].max_mean_abs);
+    CU_ASSERT_TRUE(max_err <= bounds[a].max_max_abs);
     close_session(ctx, m, s);
   }
   free(ref);
   free(toks);
 }
 
-static const char *const acc_patterns[] = {"dense", "window:4,sinks:1", "window:2,sinks:1",
-                                           "strided:4,local:2", "topk:4", "topk:2"};
+/* Bounds set from the values measured when they were written (256 steps,
+ * shown as agreement / mean abs / max abs): the agreement floor about 5
+ * points below, the mean error ceiling about 1.3x, the max error 1.5x. */
+static const acc_bound_t stories_bounds[] = {
+    {"dense", 95.0, 0.135, 1.30},             /* 99.6% / 0.1035 / 0.863 */
+    {"window:4,sinks:1", 90.5, 0.255, 6.25},  /* 95.7% / 0.1954 / 4.169 */
+    {"window:2,sinks:1", 88.0, 0.48, 11.0},   /* 93.4% / 0.3708 / 7.309 */
+    {"strided:4,local:2", 89.5, 0.49, 13.7},  /* 94.5% / 0.3780 / 9.115 */
+    {"topk:4", 91.5, 0.32, 7.40},             /* 96.5% / 0.2434 / 4.942 */
+    {"topk:2", 85.5, 0.74, 12.8},             /* 90.6% / 0.5716 / 8.549 */
+};
+static const acc_bound_t generated_bounds[] = {
+    {"dense", 95.0, 0.008, 0.153},            /* 100%  / 0.0062 / 0.102 */
+    {"window:4,sinks:1", 44.5, 0.555, 5.60},  /* 49.6% / 0.4272 / 3.723 */
+    {"window:2,sinks:1", 31.0, 0.77, 6.90},   /* 35.9% / 0.5940 / 4.612 */
+    {"strided:4,local:2", 15.5, 0.745, 5.30}, /* 20.7% / 0.5730 / 3.541 */
+    {"topk:4", 40.5, 0.495, 5.45},            /* 45.7% / 0.3811 / 3.641 */
+    {"topk:2", 26.0, 0.80, 6.55},             /* 30.9% / 0.6179 / 4.366 */
+};
 
 static void test_accuracy_stories(void) {
   if (!tsr_test_need_reference_models()) return;
@@ -508,12 +543,12 @@ static void test_accuracy_stories(void) {
   char tok[512];
   snprintf(tok, sizeof tok, "%s", tsr_test_model_path("tok512.bin"));
   printf("\n");
-  accuracy("stories260K", model, tok, 256, acc_patterns, 6);
+  accuracy("stories260K", model, tok, 256, stories_bounds, 6);
 }
 
 static void test_accuracy_generated(void) {
   printf("\n");
-  accuracy("generated", gen_model, NULL, 256, acc_patterns, 6);
+  accuracy("generated", gen_model, NULL, 256, generated_bounds, 6);
 }
 
 static int setup(void) {

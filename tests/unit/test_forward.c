@@ -210,9 +210,12 @@ static void check_against_reference(tsr_model_t *m, const char *what) {
     ref_step(&st, tok, ref);
     worst = fmax(worst, rel_err(logits, ref, c.vocab_size));
   }
+  /* Measured when the ceiling was set: 4.3e-7 (stories260K), 5.7e-7 (f32),
+   * 6.4e-7 (f16), 9.7e-7 (q8_0); the ceiling leaves 10x for other BLAS
+   * kernels and summation orders. */
   printf("REPORT forward %s: fp32 vs double reference, max relative logit error %.2e over %d "
-         "steps\n", what, worst, NSEQ);
-  CU_ASSERT_TRUE(worst < 1e-4);
+         "steps (ceiling 1e-5)\n", what, worst, NSEQ);
+  CU_ASSERT_TRUE(worst < 1e-5);
   tsr_session_destroy(s);
   free(st.kc); free(st.vc); free(ref);
 }
@@ -279,20 +282,24 @@ static void test_prefill_matches_decode(void) {
       e = fmax(e, fabs(la[i] - lb[i]));
       scale = fmax(scale, fabs(lb[i]));
     }
+    /* fp32: measured 2.6e-7 when the ceiling (5e-6) was set; prefill runs
+     * GEMMs where decode runs GEMVs, so only the summation order differs. */
     if (prec) {
       CU_ASSERT_EQUAL(memcmp(la, lb, sizeof(float) * c.vocab_size), 0);
     } else {
-      CU_ASSERT_TRUE(e / scale < 1e-4);
+      CU_ASSERT_TRUE(e / scale < 5e-6);
     }
-    printf("REPORT prefill vs decode (%s): max relative logit difference %.2e\n",
-           prec ? "int8" : "fp32", e / scale);
+    printf("REPORT prefill vs decode (%s): max relative logit difference %.2e (%s)\n",
+           prec ? "int8" : "fp32", e / scale, prec ? "must be 0" : "ceiling 5e-6");
     tsr_session_destroy(a);
     tsr_session_destroy(b);
   }
   tsr_model_destroy(m);
 }
 
-/* int8 logits stay near fp32 ones; the bound is loose by design (W8A8). */
+/* int8 logits stay near fp32 ones (W8A8). Measured when the ceiling was
+ * set: max abs error 0.395 for a max |logit| of 15.54, 2.5 %; the ceiling is
+ * 4 %. */
 static void test_int8_close_to_fp32(void) {
   tsr_model_t *m = NULL;
   const char *bin = tsr_test_model_or_skip("stories260K.bin");
@@ -314,9 +321,9 @@ static void test_int8_close_to_fp32(void) {
     e = fmax(e, fabs(lf[i] - lq[i]));
     scale = fmax(scale, fabs(lf[i]));
   }
-  printf("REPORT int8 vs fp32 logits after %d tokens: max abs error %.3f (max |logit| %.2f)\n",
-         NSEQ, e, scale);
-  CU_ASSERT_TRUE(e / scale < 0.1);
+  printf("REPORT int8 vs fp32 logits after %d tokens: max abs error %.3f (max |logit| %.2f), "
+         "%.1f %% of it (ceiling 4 %%)\n", NSEQ, e, scale, 100 * e / scale);
+  CU_ASSERT_TRUE(e / scale < 0.04);
   tsr_session_destroy(f);
   tsr_session_destroy(q);
   tsr_model_destroy(m);

@@ -74,18 +74,21 @@ static void test_int8_agrees_with_fp32(void) {
     for (int i = 0; i < nf; i++) same += f[i] == q[i];
     printf("REPORT int8 vs fp32 greedy, '%s': first %d of %d generated tokens identical, "
            "%d of %d positions equal\n", prompts[p], prefix, nf, same, nf);
-    CU_ASSERT_TRUE(prefix >= 16);
+    CU_ASSERT_TRUE(prefix >= 24);
     total += nf;
     total_prefix += prefix;
     total_same += same;
   }
-  printf("REPORT int8 vs fp32 greedy overall: %d of %d tokens before divergence (%.0f %%)\n",
-         total_prefix, total, 100.0 * total_prefix / total);
+  printf("REPORT int8 vs fp32 greedy overall: %d of %d tokens before divergence (%.0f %%; "
+         "floors 24 per story, 28 %% overall)\n", total_prefix, total,
+         100.0 * total_prefix / total);
   /* Floor: W8A8 on a 260K-parameter model perturbs logits by a few percent,
    * enough to flip a near-tie within a story; what must hold is that the
-   * int8 path tracks fp32 for the opening of every story (>= 16 tokens each)
-   * and for a quarter of all tokens. */
-  CU_ASSERT_TRUE(total_prefix >= total / 4);
+   * int8 path tracks fp32 for the opening of every story and for a good
+   * part of all tokens. Measured when the floors were set: 57, 109 and 34
+   * tokens before divergence, 200 of 585 (34 %); floors: 24 per story (10
+   * below the shortest) and 28 % overall (164 tokens). */
+  CU_ASSERT_TRUE(100 * total_prefix >= 28 * total);
   (void)total_same;
 }
 
