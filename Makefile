@@ -2,7 +2,10 @@
 #
 #   make            library (static + shared), the `tessera` CLI, the RTL model
 #   make run        the demo generation (see README.md)
-#   make test       every test: unit (CUnit), RTL, end-to-end
+#   make test       every test: unit (CUnit), RTL, end-to-end, and the
+#                   concurrency tests under ThreadSanitizer
+#   make test-tsan  only those (library and tests rebuilt with -fsanitize=thread
+#                   in $(BUILD)-tsan)
 #   make bench      CPU benchmark table
 #   make install PREFIX=/usr/local
 #
@@ -80,10 +83,23 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_COMMON_OBJS) $(STATIC_LIB)
 
 $(BUILD)/obj/tests/%.o: TSR_CFLAGS += -Itests/unit/common
 
-tests: all $(TEST_BINS)
+tests: all $(TEST_BINS) tsan-tests
 
 test: tests
 	@tests/run.sh $(BUILD)
+
+# ---- ThreadSanitizer: the library and the concurrency tests rebuilt with
+# -fsanitize=thread; tests/e2e/tsan.sh runs them (against this build's RTL
+# library, which is not instrumented: the sim backend serializes its calls).
+TSAN_BUILD := $(BUILD)-tsan
+TSAN_TESTS := test_batch test_queue
+.PHONY: tsan-tests test-tsan
+tsan-tests:
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O1 CFLAGS="-fsanitize=thread" \
+	    TSR_SKIP_DEPS=1 $(foreach t,$(TSAN_TESTS),$(if $(wildcard tests/unit/$(t).c),$(TSAN_BUILD)/tests/$(t)))
+
+test-tsan: all tsan-tests
+	@sh tests/e2e/tsan.sh $(BUILD)
 
 # ---- the main job ----
 run: all
