@@ -14,7 +14,8 @@
  * Commands finish in queue order: whoever waits (an event wait, a copy, a
  * close) works on the oldest unfinished command, the head, in short slices
  * so other threads get the lock in between. The watchdog of a command
- * counts from the moment it became the head. A failure of the head is
+ * counts the time waited on it while it is the head (a simulated device
+ * only runs inside waits, so time nobody waited is not the device's). A failure of the head is
  * recovered with the lock held: reset (which drops every queued launch),
  * retry the head, then compute it on the host; the other queued commands
  * are submitted again afterwards, in order.
@@ -67,7 +68,7 @@ struct tsr_event {
   tsr_hal_buffer_t ring;  /* its descriptors in device memory              */
   tsr_hal_command_t cmd;
   uint64_t fence;
-  uint64_t head_since_ns; /* watchdog start: when it became the head       */
+  uint64_t waited_ns;     /* watchdog: time waited on it as the head       */
   uint64_t cycles;
   uint32_t retries;
 };
@@ -325,7 +326,7 @@ static void submit(tsr_device_t *dev, tsr_event_t *ev) {
   if (!s) s = sync_to_device(dev, ev->g.c);
   if (!s) s = dev->hal->vt->submit(dev->hal, &ev->cmd, &ev->fence);
   ev->submit_err = s;
-  if (ev == dev->head) ev->head_since_ns = now_ns();
+  ev->waited_ns = 0;
 }
 
 /* Takes the finished head off the queue. */
@@ -340,7 +341,6 @@ static void pop_head(tsr_device_t *dev, tsr_event_t *ev, tsr_event_state_t state
   if (!dev->head) dev->tail = NULL;
   ev->next = NULL;
   dev->n_inflight--;
-  if (dev->head) dev->head->head_since_ns = now_ns();
   if (ev->released) event_free(ev);
 }
 
@@ -445,7 +445,8 @@ static bool step_head(tsr_device_t *dev, uint64_t deadline_ns) {
     return true;
   }
   uint64_t now = now_ns();
-  uint64_t wd = ev->head_since_ns + (uint64_t)dev->ctx->opts.device_timeout_ms * 1000000ull;
+  const uint64_t limit = (uint64_t)dev->ctx->opts.device_timeout_ms * 1000000ull;
+  uint64_t wd = now + (ev->waited_ns < limit ? limit - ev->waited_ns : 0);
   uint64_t until = wd < deadline_ns ? wd : deadline_ns;
   if (until > now + DEV_SLICE_NS) until = now + DEV_SLICE_NS;
   tsr_hal_result_t res;
@@ -461,8 +462,10 @@ static bool step_head(tsr_device_t *dev, uint64_t deadline_ns) {
     recover_head(dev, ev, s);
     return true;
   }
-  now = now_ns();
-  if (now >= wd) {
+  uint64_t after = now_ns();
+  ev->waited_ns += after - now;
+  now = after;
+  if (ev->waited_ns >= limit) {
     recover_head(dev, ev,
                  tsr_status_annotate(s, "watchdog: command %" PRIu64 " not done within "
                                      "device_timeout_ms %u", ev->id,
@@ -858,7 +861,6 @@ tsr_status_t tsr_gemm_enqueue(tsr_device_t *dev, const tsr_gemm_t *g, tsr_event_
     else dev->head = ev;
     dev->tail = ev;
     dev->n_inflight++;
-    ev->head_since_ns = now_ns();
     submit(dev, ev);
   }
   pthread_mutex_unlock(dev->lock);

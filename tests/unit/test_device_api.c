@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tsr_test.h"
 
@@ -476,6 +477,31 @@ static void test_results_sim(void) {
   results_on("sim:mem=16M");
 }
 
+/* A wait long after the enqueue is no timeout: the watchdog counts time
+ * waited (the simulated device only runs inside waits). */
+static void test_late_wait(void) {
+  tsr_context_t *ctx = make_ctx(NULL, false, 0, 100);
+  bool ok = false;
+  const char *spec = g_have_sim ? "sim:mem=16M" : "fmodel:mem=16M";
+  tsr_device_t *dev = open_dev(ctx, spec);
+  if (dev) {
+    problem_t p;
+    problem_init(&p, dev, 16, 16, 32, 0, 61);
+    tsr_gemm_t g = problem_gemm(&p);
+    tsr_event_t *ev = NULL;
+    TSR_ASSERT_OK(tsr_gemm_enqueue(dev, &g, &ev));
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+    TSR_ASSERT_OK(tsr_event_wait(ev, TSR_WAIT_FOREVER));
+    ok = problem_check(&p);
+    CU_ASSERT(ok);
+    tsr_event_destroy(ev);
+    problem_free(&p);
+    tsr_device_close(dev);
+  }
+  tsr_context_destroy(ctx);
+}
+
 /* Many commands queued before any wait, waited newest first; a read of C
  * finishes the commands that write it without a wait. */
 static void test_queue_order(void) {
@@ -706,6 +732,7 @@ int main(void) {
   CU_add_test(su, "results on fmodel", test_results_fmodel);
   CU_add_test(su, "results on sim", test_results_sim);
   CU_add_test(su, "queue order, implicit waits", test_queue_order);
+  CU_add_test(su, "a wait long after the enqueue", test_late_wait);
   CU_add_test(su, "hang: timeout, watchdog, fallback, retry", test_hang);
   CU_add_test(su, "hang with commands queued behind", test_hang_queue);
   CU_add_test(su, "fail", test_fail);
