@@ -477,6 +477,36 @@ static void test_results_sim(void) {
   results_on("sim:mem=16M");
 }
 
+/* M and N above max_dim: one command, several descriptors. */
+static void test_split(void) {
+  tsr_context_t *ctx = make_ctx(NULL, false, 0, 60000);
+  tsr_device_t *dev = open_dev(ctx, "fmodel:mem=64M");
+  if (dev) {
+    tsr_device_caps_t caps;
+    tsr_device_get_caps(dev, &caps);
+    static const size_t shapes[][3] = {{1, 1, 2}, {1, 1, 2}, {2, 1, 3}};
+    for (int i = 0; i < 3; i++) {
+      size_t m = shapes[i][0] * caps.max_dim + 2, n = shapes[i][1] * 3, k = shapes[i][2];
+      if (i == 1) { size_t t = m; m = n; n = t; } /* N split */
+      problem_t p;
+      problem_init(&p, dev, m, n, k, 1, 70 + (uint64_t)i);
+      tsr_gemm_t g = problem_gemm(&p);
+      tsr_event_t *ev = NULL;
+      TSR_ASSERT_OK(tsr_gemm_enqueue(dev, &g, &ev));
+      TSR_ASSERT_OK(tsr_event_wait(ev, TSR_WAIT_FOREVER));
+      tsr_event_info_t info;
+      tsr_event_query(ev, &info);
+      CU_ASSERT_EQUAL(info.state, TSR_EVENT_DONE);
+      CU_ASSERT_EQUAL(info.descriptors, i == 2 ? 3 : 2);
+      CU_ASSERT(problem_check(&p));
+      tsr_event_destroy(ev);
+      problem_free(&p);
+    }
+    tsr_device_close(dev);
+  }
+  tsr_context_destroy(ctx);
+}
+
 /* A wait long after the enqueue is no timeout: the watchdog counts time
  * waited (the simulated device only runs inside waits). */
 static void test_late_wait(void) {
@@ -733,6 +763,7 @@ int main(void) {
   CU_add_test(su, "results on sim", test_results_sim);
   CU_add_test(su, "queue order, implicit waits", test_queue_order);
   CU_add_test(su, "a wait long after the enqueue", test_late_wait);
+  CU_add_test(su, "m and n above max_dim", test_split);
   CU_add_test(su, "hang: timeout, watchdog, fallback, retry", test_hang);
   CU_add_test(su, "hang with commands queued behind", test_hang_queue);
   CU_add_test(su, "fail", test_fail);
