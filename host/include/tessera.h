@@ -435,8 +435,9 @@ TSR_API void tsr_engine_get_stats(const tsr_engine_t *engine, tsr_session_stats_
  * integers are bit-identical on every device and on the host, so the
  * context's policy applies as it does to models: a command that fails or
  * outlives `device_timeout_ms` (the watchdog: the time waited on it while
- * it is the oldest unfinished command of its device) makes the device reset, and
- * the command is retried `retries` times, then computed on the host; every
+ * it is the oldest unfinished command of its device) makes the device
+ * reset, and the command is retried `retries` times, then computed on the
+ * host; every
  * fallback is counted in the device stats and reported on stderr unless the
  * context is `quiet`. With `fallback` off the failure is the command's
  * status instead. A device that reports itself gone (UNAVAILABLE) is not
