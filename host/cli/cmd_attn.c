@@ -179,7 +179,9 @@ int tsr_cmd_attn(int argc, char **argv) {
     if (s) goto done;
     dev->vt->query_caps(dev, &caps);
     tsr_km_timing_from_caps(&caps, &timing);
-    s = tsr_attn_hal_init(&hal, dev, &w);
+    /* a simulated launch takes host wall time in proportion to its cycles:
+     * the watchdog allows minutes */
+    s = tsr_attn_hal_init(&hal, dev, &w, 600000);
     if (!s) s = tsr_attn_hal_append(&hal, &cache, &w.d, 0, T);
     if (s) goto done;
   }

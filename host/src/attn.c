@@ -1,6 +1,7 @@
 /*
  * attn.c - int8 block-sparse attention (see attn.h): the KV cache, the
- * per-call pipeline, the host backend and a standalone HAL backend.
+ * per-call pipeline, the host backend and the standalone device harness of
+ * `tessera attn`.
  */
 #include "attn.h"
 
@@ -520,9 +521,10 @@ uint64_t tsr_attn_model_cycles(const tsr_attn_work_t *w, const tsr_km_timing_t *
 static uint64_t round64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
 
 tsr_status_t tsr_attn_hal_init(tsr_attn_hal_t *h, tsr_hal_device_t *dev,
-                               const tsr_attn_work_t *w) {
+                               const tsr_attn_work_t *w, uint32_t timeout_ms) {
   memset(h, 0, sizeof *h);
   h->dev = dev;
+  h->timeout_ns = (uint64_t)(timeout_ms ? timeout_ms : 10000) * 1000000ull;
   const uint64_t a = round64((uint64_t)w->d.n_heads * (uint64_t)w->max_rows *
                                  (uint64_t)w->d.head_dim > w->s_cap
                              ? (uint64_t)w->d.n_heads * (uint64_t)w->max_rows *
@@ -577,7 +579,7 @@ static tsr_status_t hal_run(void *self, tsr_attn_work_t *w, const tsr_attn_cache
   tsr_hal_result_t res;
   memset(&res, 0, sizeof res);
   TSR_RETURN_IF(dev->vt->submit(dev, &cmd, &fence));
-  TSR_RETURN_IF(dev->vt->wait(dev, fence, 600ull * 1000000000ull, &res));
+  TSR_RETURN_IF(dev->vt->wait(dev, fence, h->timeout_ns, &res));
   if (res.hw_status != TSR_HWERR_OK)
     return TSR_ERR(DEVICE, "attn: the kernel refused descriptor %u of phase %d: %s",
                    res.err_index, phase, tsr_hal_hwerr_name(res.hw_status));

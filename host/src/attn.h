@@ -182,19 +182,23 @@ typedef tsr_status_t (*tsr_attn_emit_fn)(void *arg, uint64_t off, const void *sr
 tsr_status_t tsr_attn_cache_ranges(const tsr_attn_cache_t *c, const tsr_attn_dims_t *d,
                                    int32_t pos0, int32_t T, tsr_attn_emit_fn emit, void *arg);
 
-/* ---- a standalone device (tessera attn, tests): one buffer holding the
- * cache and staging, no executor. ---- */
+/* ---- a standalone device for `tessera attn` and the tests: one buffer
+ * holding the cache and staging, no engine, hence no retry and no
+ * fallback: a failure is returned as is. Models' attention runs through the
+ * engine's launch path (exec.c) like its matmuls. ---- */
 typedef struct tsr_attn_hal {
   tsr_hal_device_t *dev; /* borrowed */
+  uint64_t timeout_ns;   /* longest wait for one launch */
   tsr_hal_buffer_t buf;  /* [ring][A][C][kv] */
   uint64_t ring_off, a_off, c_off, kv_off;
   tsr_hal_result_t total; /* counters summed over launches */
   uint64_t launches;
 } tsr_attn_hal_t;
 
-/* Allocates the buffer for work `w` (max_rows rows at max_seq). */
+/* Allocates the buffer for work `w` (max_rows rows at max_seq); waits for
+ * a launch at most timeout_ms. */
 tsr_status_t tsr_attn_hal_init(tsr_attn_hal_t *h, tsr_hal_device_t *dev,
-                               const tsr_attn_work_t *w);
+                               const tsr_attn_work_t *w, uint32_t timeout_ms);
 void tsr_attn_hal_free(tsr_attn_hal_t *h);
 /* Writes the cache's positions [pos0, pos0+T) to the device. */
 tsr_status_t tsr_attn_hal_append(tsr_attn_hal_t *h, const tsr_attn_cache_t *c,

@@ -128,7 +128,7 @@ static bool run(const data_t *x, const tsr_attn_pattern_t *pat, const char *devi
   w.mask_arg = fn_arg;
   tsr_attn_backend_t be;
   if (dev) {
-    TSR_ASSERT_OK(tsr_attn_hal_init(&hal, dev, &w));
+    TSR_ASSERT_OK(tsr_attn_hal_init(&hal, dev, &w, 60000));
     be = tsr_attn_hal_backend(&hal);
   }
   for (int32_t r0 = 0; r0 < S; r0 += CHUNK) {
