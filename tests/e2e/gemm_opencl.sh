@@ -1,11 +1,14 @@
 #!/bin/sh
-# gemm_opencl.sh BUILD - `tessera gemm --device opencl` prints the same
-# checksum as `--device fmodel` (contract 1: bit-exact integers), for square,
-# odd and tiled shapes; exits 77 (skip) when no OpenCL device opens here.
+# gemm_opencl.sh BUILD - `tessera gemm --device opencl` prints the checksum
+# of an independent naive computation (BUILD/tests/tools/ref_gemm), as
+# `--device fmodel` does (contract 1: bit-exact integers), for square, odd
+# and tiled shapes; exits 77 (skip) when no OpenCL device opens here.
 set -u
 BUILD=${1:-build}
 CLI="$BUILD/bin/tessera"
 [ -x "$CLI" ] || { echo "no $CLI"; exit 1; }
+REF="$BUILD/tests/tools/ref_gemm"
+[ -x "$REF" ] || { echo "no $REF (make tests builds it)"; exit 1; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
@@ -27,14 +30,16 @@ checksum() { # device M N K SEED [extra...]
 }
 for shape in "64 64 64 1" "1 300 77 2" "37 5 1000 3" "129 130 131 4" "256 256 256 5"; do
   set -- $shape
+  c_ref=$("$REF" "$@") || { fail=1; continue; }
   c_cpu=$(checksum fmodel:mem=64M "$@") || { fail=1; continue; }
   c_ocl=$(checksum opencl:mem=64M "$@" --check) || { fail=1; continue; }
-  if [ "$c_cpu" = "$c_ocl" ]; then echo "ok   $* $c_ocl"
-  else echo "FAIL $*: fmodel $c_cpu, opencl $c_ocl"; fail=1; fi
+  if [ "$c_ref" = "$c_ocl" ] && [ "$c_ref" = "$c_cpu" ]; then echo "ok   $* $c_ocl (naive, fmodel, opencl)"
+  else echo "FAIL $*: naive $c_ref, fmodel $c_cpu, opencl $c_ocl"; fail=1; fi
 done
 # Tiled: many descriptors in one launch, K split into partial sums.
+c_ref=$("$REF" 100 90 300 6) || fail=1
 c_cpu=$(checksum fmodel:mem=64M 100 90 300 6 --tile-m 32 --tile-n 48 --tile-k 128) || fail=1
 c_ocl=$(checksum opencl:mem=64M 100 90 300 6 --tile-m 32 --tile-n 48 --tile-k 128) || fail=1
-if [ "$c_cpu" = "$c_ocl" ]; then echo "ok   tiled 100x90x300 $c_ocl"
-else echo "FAIL tiled: fmodel $c_cpu, opencl $c_ocl"; fail=1; fi
+if [ "$c_ref" = "$c_ocl" ] && [ "$c_ref" = "$c_cpu" ]; then echo "ok   tiled 100x90x300 $c_ocl (naive, fmodel, opencl)"
+else echo "FAIL tiled: naive $c_ref, fmodel $c_cpu, opencl $c_ocl"; fail=1; fi
 exit $fail

@@ -7,8 +7,10 @@ set -u
 BUILD=${1:-build}
 M=${TSR_MODELS_DIR:-../shared/models}
 T="$BUILD/bin/tessera"
-if [ ! -f "$M/stories260K.bin" ]; then echo "skip: no reference models in $M"; exit 77; fi
-if [ ! -f "$BUILD/lib/libtessera_rtl.so" ]; then echo "skip: RTL library not built"; exit 77; fi
+for f in stories260K.bin stories260K.gguf tok512.bin; do
+  [ -f "$M/$f" ] || { echo "no $f in $M (the reference models)"; exit 77; }
+done
+if [ ! -f "$BUILD/lib/libtessera_rtl.so" ]; then echo "$BUILD/lib/libtessera_rtl.so is not built"; exit 77; fi
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 fail=0
 run() { # name devices extra...

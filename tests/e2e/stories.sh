@@ -6,7 +6,9 @@ set -u
 BUILD=${1:-build}
 M=${TSR_MODELS_DIR:-../shared/models}
 T="$BUILD/bin/tessera"
-if [ ! -f "$M/stories260K.bin" ]; then echo "skip: no reference models in $M"; exit 77; fi
+for f in stories260K.bin stories260K.gguf tok512.bin; do
+  [ -f "$M/$f" ] || { echo "no $f in $M (the reference models)"; exit 77; }
+done
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 fail=0
 check() { # name expected-file cmd...

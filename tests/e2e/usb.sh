@@ -2,6 +2,7 @@
 # usb.sh BUILD - the usb backend against the emulated board (umockdev +
 # sim/usb_board), through libusb's real code path:
 #   - `tessera gemm --device usb` prints the same checksum as --device cpu
+#     and as an independent naive computation (BUILD/tests/tools/ref_gemm)
 #     for several shapes (tiled in M, N and K);
 #   - with 1 % of frames corrupted or dropped (plus one forced fault each)
 #     the checksum is unchanged and the retries are counted and printed;
@@ -26,8 +27,9 @@ fail=0
 
 [ -x "$BUILD/bin/tessera" ] || { echo "missing $BUILD/bin/tessera (run make)"; exit 1; }
 [ -f "$BUILD/lib/libtsr_usb_emu.so" ] || { echo "missing $BUILD/lib/libtsr_usb_emu.so (make tests)"; exit 1; }
+[ -x "$BUILD/tests/tools/ref_gemm" ] || { echo "missing $BUILD/tests/tools/ref_gemm (make tests)"; exit 1; }
 if ! command -v umockdev-wrapper >/dev/null 2>&1; then
-  echo "skip: umockdev-wrapper is not installed (Debian package umockdev)"; exit 77
+  echo "umockdev-wrapper is not installed (Debian package umockdev)"; exit 77
 fi
 
 # snap FILE: copies BUILD/FILE to the same place under $tmp/build once it is
@@ -50,6 +52,7 @@ snap() {
 }
 snap bin/tessera x
 snap lib/libtsr_usb_emu.so -
+snap tests/tools/ref_gemm x
 [ -f "$BUILD/lib/libtessera_rtl.so" ] && snap lib/libtessera_rtl.so -
 [ -x "$BUILD/tests/test_usb" ] && snap tests/test_usb x
 BUILD="$tmp/build"
@@ -59,7 +62,7 @@ T="$BUILD/bin/tessera"
 # Probe: can umockdev present the board to libusb at all?
 if ! "$RUN" "$T" gemm --device usb -M 4 -N 4 -K 4 > "$tmp/probe" 2>&1; then
   if grep -q "no board\|libusb-1.0 is not installed" "$tmp/probe"; then
-    echo "skip: umockdev does not present the emulated board here:"; cat "$tmp/probe"; exit 77
+    cat "$tmp/probe"; echo "umockdev does not present the emulated board here (output above)"; exit 77
   fi
   echo "FAIL probe run:"; cat "$tmp/probe"; exit 1
 fi
@@ -73,10 +76,11 @@ same_as_cpu() { # label m n k [device-spec] (env passes through)
   "$RUN" "$T" gemm --device "$spec" -M "$m" -N "$n" -K "$k" --seed 7 > "$tmp/usb" 2>&1
   rc=$?
   a=$(checksum "$tmp/cpu"); b=$(checksum "$tmp/usb")
-  if [ $rc = 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]; then
-    echo "ok   $label ${m}x${n}x${k}: $b"
+  r=$("$BUILD/tests/tools/ref_gemm" "$m" "$n" "$k" 7 | cut -d' ' -f2)
+  if [ $rc = 0 ] && [ -n "$r" ] && [ "$r" = "$b" ] && [ "$r" = "$a" ]; then
+    echo "ok   $label ${m}x${n}x${k}: $b (= naive)"
   else
-    echo "FAIL $label ${m}x${n}x${k}: exit $rc, cpu $a, usb $b"; cat "$tmp/usb"; fail=1
+    echo "FAIL $label ${m}x${n}x${k}: exit $rc, naive $r, cpu $a, usb $b"; cat "$tmp/usb"; fail=1
   fi
   grep '^usb:' "$tmp/usb" | sed 's/^/     /'
 }
@@ -172,14 +176,14 @@ if [ -f "$M/stories260K.bin" ] && [ -f "$M/tok512.bin" ]; then
     tail -8 "$tmp/usbn.err"; fail=1
   fi
 else
-  echo "note: no stories260K model in $M; the runtime cases were not run"
+  echo "SKIP case stories260K runs on the board: no stories260K.bin and tok512.bin in $M"
 fi
 
 # The same board with the Verilator RTL as its kernel.
 if [ -f "$BUILD/lib/libtessera_rtl.so" ]; then
   TSR_USB_BOARD=rtl same_as_cpu "usb(rtl) = cpu" 40 24 100
 else
-  echo "note: $BUILD/lib/libtessera_rtl.so not built; RTL board not checked"
+  echo "SKIP case the board with the RTL kernel: libtessera_rtl.so is not built"
 fi
 
 # Efficiency and host CPU per MiB over the real libusb path.
@@ -187,5 +191,7 @@ if [ -x "$BUILD/tests/test_usb" ]; then
   # (8 MiB x 5 here to keep the script short; the README's table is the
   # default 16 MiB x 7)
   "$RUN" "$BUILD/tests/test_usb" --bench 8 5 || { echo "FAIL usb bench"; fail=1; }
+else
+  echo "SKIP case protocol bench: tests/test_usb is not built"
 fi
 exit $fail

@@ -54,7 +54,7 @@ if "$T" devices 2>/dev/null | grep -q "^xrt .*available: xrt (noop"; then
   expect 0 "gemm --device xrt (noop)" "$T" gemm --device xrt -M 48 -N 40 -K 72 --seed 3
   has "noop device named" "noop shim: no compute"
 else
-  echo "skip gemm --device xrt: XRT not available here"
+  echo "SKIP case gemm --device xrt (noop): XRT is not available here"
 fi
 rm -rf "$D"
 exit $fail
