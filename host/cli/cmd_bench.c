@@ -5,14 +5,19 @@
  * sgemm, and the int8 GEMV/GEMM kernels with their ratio to the limit that
  * bounds them (host/src/bench.c). Models: prefill and decode tokens/s in
  * fp32 and int8 on generated models of several sizes (written once into
- * BUILD/bench/). Every figure is the median of --reps runs.
+ * BUILD/bench/). Every figure is the median of --reps runs. --batch runs a
+ * sweep instead: aggregate int8 decode throughput of B sequences evaluated
+ * together on one engine, on the CPU and projected onto the offload device.
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/status.h"
 #include "host/src/bench.h"
 #include "cli.h"
 #include "host/src/model_file.h"
@@ -33,6 +38,13 @@ static void usage(FILE *f) {
           "                   (default fmodel: the kernel's cycle model, 16x16 at 300 MHz\n"
           "                   behind PCIe; sim for RTL cycles, slower; none to skip)\n"
           "  -t, --threads N  threads (default: all)\n"
+          "  --batch LIST     batched decode instead: for each size B (comma-separated,\n"
+          "                   1..1024), B sequences on one int8 engine, each prefilled with\n"
+          "                   --prompt tokens (default 16), then decode steps of one token\n"
+          "                   per sequence; aggregate tokens/s on the CPU and projected on\n"
+          "                   --offload-device with every matmul there and with the auto\n"
+          "                   policy (models default stories110M,large; --decode N steps\n"
+          "                   at batch 1, N/sqrt(B) at batch B, at least 4; default 24)\n"
           "  --json           print JSON instead of a table\n"
           "  -h, --help       this text\n");
 }
@@ -47,9 +59,67 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Parameters of the model in millions (embedding and classifier counted
+ * once when shared). */
+static double params_millions(const tsr_model_config_t *c) {
+  const double hd = c->hidden_dim, d = c->dim, kv = (double)c->n_kv_heads * c->head_dim;
+  return (c->n_layers * (d * d * 2 + 2 * d * kv + 3 * d * hd) +
+          (c->shared_classifier ? 1 : 2) * (double)c->vocab_size * d) / 1e6;
+}
+
+/* The generated model of `preset` in `dir`, written on first use. */
+static tsr_status_t bench_model_path(const char *dir, const char *preset, bool quiet,
+                                     char *path, size_t cap) {
+  tsr_gen_params_t p;
+  TSR_RETURN_IF(tsr_gen_preset(preset, &p));
+  snprintf(path, cap, "%s/%s-f32-seed1.gguf", dir, preset);
+  struct stat st;
+  if (stat(path, &st) == 0) return TSR_OK;
+  p.seed = 1;
+  p.type = TSR_DTYPE_F32;
+  if (!quiet) fprintf(stderr, "tessera bench: generating %s\n", path);
+  return tsr_gen_model_write(path, &p);
+}
+
+/* The device memory the offload engines need for the model's int8
+ * weights, with room for staging; fmodel's default (256 MiB) holds
+ * stories110M but not `large`. */
+static uint64_t offload_mem_bytes(const tsr_model_config_t *c) {
+  const double d = c->dim, hd = c->hidden_dim, kv = (double)c->n_kv_heads * c->head_dim;
+  const double q = (double)c->n_heads * c->head_dim;
+  const double w = c->n_layers * (d * q * 2 + 2 * d * kv + 3 * d * hd) + (double)c->vocab_size * d;
+  uint64_t bytes = (uint64_t)(w * 1.125) + (128ull << 20);
+  bytes = (bytes + (64ull << 20) - 1) & ~((64ull << 20) - 1);
+  return bytes > (256ull << 20) ? bytes : 256ull << 20;
+}
+
+/* `spec` with the options the sweep adds when the user did not give them:
+ * memory for the model's weights (fmodel and sim), and all host threads
+ * for fmodel's GEMMs (its cycles are modeled, the threads only shorten the
+ * run). Only a single-entry spec is changed. */
+static void offload_spec(const char *spec, const tsr_model_config_t *c, char *out, size_t cap) {
+  const char *colon = strchr(spec, ':');
+  const size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
+  const bool fmodel = name_len == 6 && !strncmp(spec, "fmodel", 6);
+  const bool sim = name_len == 3 && !strncmp(spec, "sim", 3);
+  const bool single = colon || !strchr(spec, ',');
+  size_t len = (size_t)snprintf(out, cap, "%s", spec);
+  if (!single || !(fmodel || sim) || len >= cap) return;
+  char sep = colon ? ',' : ':';
+  if (!strstr(spec, "mem=")) {
+    len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%cmem=%" PRIu64 "M", sep,
+                            offload_mem_bytes(c) >> 20);
+    sep = ',';
+  }
+  if (fmodel && !strstr(spec, "threads=") && len < cap)
+    snprintf(out + len, cap - len, "%cthreads=0", sep);
+}
+
 typedef struct {
   char preset[32];
   double params_m;
+  tsr_model_config_t cfg;
+  char off_spec[128]; /* the offload device as opened (offload_spec) */
   double prefill_tps[2], decode_tps[2]; /* [fp32, int8] */
   double off_prefill_tps, off_decode_tps; /* int8, offloaded, projected */
 } model_result_t;
@@ -132,9 +202,8 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
     n_prompt = c.seq_len / 2;
     n_decode = c.seq_len - n_prompt;
   }
-  double hd = c.hidden_dim, d = c.dim, kv = (double)c.n_kv_heads * c.head_dim;
-  r->params_m =
-      (c.n_layers * (d * d * 2 + 2 * d * kv + 3 * d * hd) + (c.shared_classifier ? 1 : 2) * c.vocab_size * d) / 1e6;
+  r->params_m = params_millions(&c);
+  r->cfg = c;
   int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
   double *pre = malloc(sizeof(double) * (size_t)reps), *dec = malloc(sizeof(double) * (size_t)reps);
   if (!toks || !pre || !dec) {
@@ -177,11 +246,373 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
   return s;
 }
 
+/* ---- batched decode: many sequences on one engine ---- */
+
+#define BATCH_MAX_SIZES 16
+#define BATCH_MAX 1024
+
+/* Parses --batch: comma-separated sizes in [1, BATCH_MAX], at most
+ * BATCH_MAX_SIZES of them. Prints a message naming the entry on error. */
+static bool parse_batch_list(const char *s, int32_t *out, int *n_out) {
+  int n = 0;
+  const char *p = s;
+  for (int entry = 1;; entry++) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char piece[32];
+    if (len == 0) {
+      fprintf(stderr, "tessera bench: --batch: entry %d of '%s' is empty\n", entry, s);
+      return false;
+    }
+    snprintf(piece, sizeof piece, "%.*s", (int)(len < sizeof piece - 1 ? len : sizeof piece - 1),
+             p);
+    char *e = NULL;
+    errno = 0;
+    long long v = strtoll(piece, &e, 10);
+    if (len >= sizeof piece || errno || e == piece || *e != '\0') {
+      fprintf(stderr, "tessera bench: --batch: entry %d '%.*s' is not a number (batch sizes "
+                      "are integers in [1, %d])\n", entry, (int)len, p, BATCH_MAX);
+      return false;
+    }
+    if (v < 1 || v > BATCH_MAX) {
+      fprintf(stderr, "tessera bench: --batch: entry %d '%s' is outside [1, %d]\n", entry,
+              piece, BATCH_MAX);
+      return false;
+    }
+    if (n == BATCH_MAX_SIZES) {
+      fprintf(stderr, "tessera bench: --batch: more than %d batch sizes\n", BATCH_MAX_SIZES);
+      return false;
+    }
+    out[n++] = (int32_t)v;
+    if (!end) break;
+    p = end + 1;
+  }
+  *n_out = n;
+  return true;
+}
+
+/* One batch size of one model. */
+typedef struct {
+  int32_t batch, steps;
+  double cpu_tps;                  /* aggregate, measured: median of reps  */
+  double all_tps, auto_tps;        /* projected onto the offload device     */
+  double all_host_s, all_board_s;  /* per decode step, offload all          */
+  double auto_host_s, auto_board_s;/* per decode step, auto policy          */
+  double all_launches, auto_launches; /* device launches per decode step   */
+} batch_row_t;
+
+typedef struct {
+  char preset[32];
+  tsr_model_config_t cfg;
+  char device[128];    /* the offload device spec used (offload_spec) */
+  int n_rows;
+  batch_row_t rows[BATCH_MAX_SIZES];
+} batch_result_t;
+
+/* How one engine of the sweep runs. */
+typedef enum { RUN_CPU = 0, RUN_ALL = 1, RUN_AUTO = 2 } batch_run_t;
+
+/* The decode steps at batch size B: `decode` at batch 1, fewer as the
+ * batch grows (a step's work grows with B), at least `min_steps`. */
+static int32_t batch_steps(int32_t decode, int32_t B, int32_t min_steps) {
+  int32_t s = (int32_t)((double)decode / sqrt((double)B) + 0.5);
+  return s < min_steps ? min_steps : s;
+}
+
+static int32_t argmax(const float *v, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; i++)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+/* One repetition at batch size B: every sequence reset and prefilled with
+ * its own n_prompt tokens (one batch; `pr` is scratch for them), then `steps` batches of one token
+ * per sequence, greedy. *out_s is the wall time of the decode steps;
+ * *st0 and *st1 the engine's stats around them. */
+static tsr_status_t batch_rep(tsr_engine_t *eng, tsr_seq_t **seqs, tsr_batch_t *b, int32_t B,
+                              int32_t n_prompt, int32_t steps, int32_t vocab, int32_t *toks,
+                              int32_t *pr, double *out_s, tsr_session_stats_t *st0,
+                              tsr_session_stats_t *st1) {
+  tsr_status_t s = TSR_OK;
+  tsr_batch_clear(b);
+  for (int32_t i = 0; i < B && !s; i++) {
+    tsr_seq_reset(seqs[i]);
+    for (int32_t j = 0; j < n_prompt; j++)
+      pr[j] = (int32_t)(((int64_t)j * 7919 + 1 + (int64_t)i * 104729) % vocab);
+    s = tsr_batch_add(b, seqs[i], pr, (size_t)n_prompt, true, NULL);
+  }
+  if (!s) s = tsr_engine_eval(eng, b);
+  for (int32_t i = 0; i < B && !s; i++) toks[i] = argmax(tsr_batch_logits(b, (size_t)i), vocab);
+  if (s) return s;
+  tsr_engine_get_stats(eng, st0);
+  double t0 = cli_now_s();
+  for (int32_t step = 0; step < steps && !s; step++) {
+    tsr_batch_clear(b);
+    for (int32_t i = 0; i < B && !s; i++) s = tsr_batch_add(b, seqs[i], &toks[i], 1, true, NULL);
+    if (!s) s = tsr_engine_eval(eng, b);
+    for (int32_t i = 0; i < B && !s; i++)
+      toks[i] = argmax(tsr_batch_logits(b, (size_t)i), vocab);
+  }
+  *out_s = cli_now_s() - t0;
+  tsr_engine_get_stats(eng, st1);
+  return s;
+}
+
+/* Runs every batch size of `r` on one engine of model `path`: on the CPU
+ * (kind RUN_CPU, `reps` repetitions, median), or on `device` with every
+ * matmul there (RUN_ALL) or the partitioner's choice (RUN_AUTO), projected:
+ * B x steps / (host ops measured + the board's time), one repetition since
+ * the device's cycles are deterministic. */
+static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_threads,
+                                 const char *path, int reps, int32_t n_prompt, int32_t n_decode,
+                                 int32_t min_steps, batch_result_t *r) {
+  tsr_context_options_t co;
+  tsr_context_options_init(&co);
+  co.n_threads = n_threads;
+  if (kind != RUN_CPU) {
+    co.devices = device;
+    co.offload = kind == RUN_ALL ? TSR_OFFLOAD_ALL : TSR_OFFLOAD_AUTO;
+    co.fallback = false; /* a projection from a device that fell back means nothing */
+  }
+  int32_t max_b = 1, max_steps = 1;
+  for (int i = 0; i < r->n_rows; i++) {
+    r->rows[i].steps = batch_steps(n_decode, r->rows[i].batch, min_steps);
+    if (r->rows[i].batch > max_b) max_b = r->rows[i].batch;
+    if (r->rows[i].steps > max_steps) max_steps = r->rows[i].steps;
+  }
+  tsr_context_t *ctx = NULL;
+  tsr_model_t *m = NULL;
+  tsr_engine_t *eng = NULL;
+  tsr_batch_t *b = NULL;
+  tsr_seq_t **seqs = calloc((size_t)max_b, sizeof *seqs);
+  int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_b);
+  int32_t *pr = malloc(sizeof(int32_t) * (size_t)n_prompt);
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  tsr_status_t s = seqs && toks && pr && t ? TSR_OK : TSR_ERR(RESOURCE_EXHAUSTED, "batch bench");
+  if (!s) s = tsr_context_create(&co, &ctx);
+  if (!s) s = tsr_model_load(ctx, path, NULL, &m);
+  tsr_model_config_t c;
+  memset(&c, 0, sizeof c);
+  if (!s) {
+    tsr_model_config(m, &c);
+    r->cfg = c;
+    if (n_prompt + max_steps > c.seq_len)
+      s = TSR_ERR(OUT_OF_RANGE, "%s: prompt %d + %d decode steps exceed the context of %d",
+                  path, n_prompt, max_steps, c.seq_len);
+  }
+  if (!s) {
+    tsr_session_options_t so;
+    tsr_session_options_init(&so);
+    so.precision = TSR_PRECISION_INT8;
+    so.max_seq = n_prompt + max_steps;
+    /* plans for every size up to the largest batch; prefill passes as wide */
+    so.max_batch_rows = max_b > n_prompt ? max_b : n_prompt;
+    s = tsr_engine_create(m, &so, &eng);
+  }
+  for (int32_t i = 0; i < max_b && !s; i++) s = tsr_seq_create(eng, &seqs[i]);
+  if (!s) s = tsr_batch_create(0, &b);
+  for (int i = 0; i < r->n_rows && !s; i++) {
+    batch_row_t *row = &r->rows[i];
+    const int32_t B = row->batch, steps = row->steps;
+    tsr_session_stats_t st0, st1;
+    if (kind == RUN_CPU) {
+      for (int rep = 0; rep < reps && !s; rep++) {
+        s = batch_rep(eng, seqs, b, B, n_prompt, steps, c.vocab_size, toks, pr,
+                      &t[rep], &st0, &st1);
+        t[rep] = (double)B * steps / t[rep];
+      }
+      if (!s) row->cpu_tps = median(t, reps);
+      continue;
+    }
+    double wall = 0;
+    s = batch_rep(eng, seqs, b, B, n_prompt, steps, c.vocab_size, toks, pr, &wall, &st0, &st1);
+    if (s) break;
+    const double host = st1.cpu_s - st0.cpu_s;
+    const double board = st1.board_projected_s - st0.board_projected_s;
+    const double tps = host + board > 0 ? (double)B * steps / (host + board) : 0;
+    const double launches = (double)(st1.device_calls - st0.device_calls) / steps;
+    if (kind == RUN_ALL) {
+      row->all_tps = tps;
+      row->all_host_s = host / steps;
+      row->all_board_s = board / steps;
+      row->all_launches = launches;
+    } else {
+      row->auto_tps = tps;
+      row->auto_host_s = host / steps;
+      row->auto_board_s = board / steps;
+      row->auto_launches = launches;
+    }
+  }
+  tsr_batch_destroy(b);
+  for (int32_t i = 0; seqs && i < max_b; i++) tsr_seq_destroy(seqs[i]);
+  tsr_engine_destroy(eng);
+  tsr_model_destroy(m);
+  tsr_context_destroy(ctx);
+  free(seqs);
+  free(toks);
+  free(pr);
+  free(t);
+  return s;
+}
+
+/* The first batch size from which the projected device throughput stays
+ * above the CPU's (index into r->rows), or -1. */
+static int batch_overtake(const batch_result_t *r, bool auto_policy) {
+  int at = -1;
+  for (int i = r->n_rows - 1; i >= 0; i--) {
+    const batch_row_t *w = &r->rows[i];
+    if ((auto_policy ? w->auto_tps : w->all_tps) <= w->cpu_tps) break;
+    at = i;
+  }
+  return at;
+}
+
+static void batch_print_json(const batch_result_t *res, int n_res, int reps, int32_t n_prompt,
+                             bool offload) {
+  printf("{\n  \"reps\": %d,\n  \"batched_decode\": {\n    \"precision\": \"int8\", "
+         "\"prompt_tokens\": %d,\n    \"cpu\": \"aggregate tokens/s of B sequences on one "
+         "engine, median of reps\",\n    \"projected\": \"B x steps / (host ops measured + "
+         "board time: device cycles at its clock, launch latency, copies over its link, "
+         "host work around the launches), decode steps only\",\n    \"models\": [",
+         reps, n_prompt);
+  for (int m = 0; m < n_res; m++) {
+    const batch_result_t *r = &res[m];
+    printf("%s\n      {\"preset\": \"%s\", \"params_millions\": %.1f", m ? "," : "", r->preset,
+           params_millions(&r->cfg));
+    if (offload) printf(", \"offload_device\": \"%s\"", r->device);
+    printf(", \"batches\": [");
+    for (int i = 0; i < r->n_rows; i++) {
+      const batch_row_t *w = &r->rows[i];
+      printf("%s\n        {\"batch\": %d, \"decode_steps\": %d, \"cpu_tok_s\": %.2f, "
+             "\"cpu_vs_batch1\": %.3f",
+             i ? "," : "", w->batch, w->steps, w->cpu_tps,
+             r->rows[0].cpu_tps > 0 ? w->cpu_tps / r->rows[0].cpu_tps : 0.0);
+      if (offload)
+        printf(", \"offload_all\": {\"tok_s\": %.2f, \"host_ms_per_step\": %.3f, "
+               "\"board_ms_per_step\": %.3f, \"launches_per_step\": %.1f}, "
+               "\"offload_auto\": {\"tok_s\": %.2f, \"host_ms_per_step\": %.3f, "
+               "\"board_ms_per_step\": %.3f, \"launches_per_step\": %.1f}",
+               w->all_tps, w->all_host_s * 1e3, w->all_board_s * 1e3, w->all_launches,
+               w->auto_tps, w->auto_host_s * 1e3, w->auto_board_s * 1e3, w->auto_launches);
+      printf("}");
+    }
+    printf("\n      ]");
+    if (offload) {
+      int all = batch_overtake(r, false), aut = batch_overtake(r, true);
+      if (all >= 0) printf(", \"device_all_ahead_from_batch\": %d", r->rows[all].batch);
+      else printf(", \"device_all_ahead_from_batch\": null");
+      if (aut >= 0) printf(", \"device_auto_ahead_from_batch\": %d", r->rows[aut].batch);
+      else printf(", \"device_auto_ahead_from_batch\": null");
+    }
+    printf("}");
+  }
+  printf("%s]\n  }\n}\n", n_res ? "\n    " : "");
+}
+
+static void batch_print_table(const batch_result_t *res, int n_res, int reps, int32_t n_prompt,
+                              const char *off_dev, bool offload) {
+  printf("batched decode, int8: B sequences on one engine, each prefilled with %d tokens, then\n"
+         "decode steps of one token per sequence (B rows per forward pass); CPU: aggregate\n"
+         "tokens/s measured, median of %d\n", n_prompt, reps);
+  if (offload)
+    printf("%s all / auto: every matmul on the device / the partitioner's choice, projected:\n"
+           "B x steps / (host ops measured here + board time: device cycles at its clock,\n"
+           "launch latency, copies over its link, host work around the launches), decode\n"
+           "steps only; ms/step = host + board\n", off_dev);
+  for (int m = 0; m < n_res; m++) {
+    const batch_result_t *r = &res[m];
+    printf("\n%s (%.1fM params)%s%s\n", r->preset, params_millions(&r->cfg),
+           offload ? ", device " : "", offload ? r->device : "");
+    printf("%6s %6s %12s %7s", "batch", "steps", "CPU t/s", "vs B=1");
+    if (offload)
+      printf("  %10s %17s %7s  %10s %17s %8s", "all t/s", "ms/step", "vs CPU", "auto t/s",
+             "ms/step", "launches");
+    printf("\n");
+    for (int i = 0; i < r->n_rows; i++) {
+      const batch_row_t *w = &r->rows[i];
+      printf("%6d %6d %12.1f %6.2fx", w->batch, w->steps, w->cpu_tps,
+             r->rows[0].cpu_tps > 0 ? w->cpu_tps / r->rows[0].cpu_tps : 0.0);
+      if (offload) {
+        char a[32], b[32], l[24];
+        snprintf(a, sizeof a, "%.1f + %.1f", w->all_host_s * 1e3, w->all_board_s * 1e3);
+        snprintf(b, sizeof b, "%.1f + %.1f", w->auto_host_s * 1e3, w->auto_board_s * 1e3);
+        snprintf(l, sizeof l, "%.0f/%.0f", w->auto_launches, w->all_launches);
+        printf("  %10.1f %17s %6.2fx  %10.1f %17s %8s", w->all_tps, a,
+               w->cpu_tps > 0 ? w->all_tps / w->cpu_tps : 0.0, w->auto_tps, b, l);
+      }
+      printf("\n");
+    }
+    if (offload) {
+      const int all = batch_overtake(r, false);
+      const int32_t last = r->rows[r->n_rows - 1].batch;
+      if (all < 0)
+        printf("%s: the device (all matmuls) does not overtake the CPU: none up to %d\n",
+               r->preset, last);
+      else if (all == 0)
+        printf("%s: the device (all matmuls) is ahead of the CPU from batch %d on\n", r->preset,
+               r->rows[0].batch);
+      else
+        printf("%s: the device (all matmuls) overtakes the CPU at batch %d\n", r->preset,
+               r->rows[all].batch);
+    }
+  }
+  if (offload)
+    printf("\nlaunches: device launches per decode step, auto/all (all = every matmul group)\n");
+}
+
+/* `tessera bench --batch`: the sweep over `batches` for every model of
+ * `models`. */
+static int bench_batch(const int32_t *batches, int n_batches, const char *models,
+                       const char *dir, const char *off_dev, int threads, int reps,
+                       int32_t n_prompt, int32_t n_decode, bool json) {
+  const char *cmd = "bench";
+  const bool offload = strcmp(off_dev, "none") != 0;
+  batch_result_t res[8];
+  int n_res = 0;
+  tsr_status_t s = TSR_OK;
+  char *list = strdup(models);
+  if (!list) return cli_fail(cmd, TSR_ERR(RESOURCE_EXHAUSTED, "models"));
+  mkdir("build", 0755);
+  mkdir(dir, 0755);
+  for (char *tok = strtok(list, ","); tok && !s; tok = strtok(NULL, ",")) {
+    if (n_res == 8) {
+      s = TSR_ERR(OUT_OF_RANGE, "--models: at most 8 models");
+      break;
+    }
+    char path[1024];
+    s = bench_model_path(dir, tok, json, path, sizeof path);
+    if (s) break;
+    batch_result_t *r = &res[n_res];
+    memset(r, 0, sizeof *r);
+    snprintf(r->preset, sizeof r->preset, "%s", tok);
+    r->n_rows = n_batches;
+    for (int i = 0; i < n_batches; i++) r->rows[i].batch = batches[i];
+    if (!json) fprintf(stderr, "tessera bench: %s, batches on the CPU\n", tok);
+    s = batch_engine(RUN_CPU, NULL, threads, path, reps, n_prompt, n_decode, 4, r);
+    if (!s && offload) {
+      offload_spec(off_dev, &r->cfg, r->device, sizeof r->device);
+      if (!json) fprintf(stderr, "tessera bench: %s, batches on %s (all, auto)\n", tok, r->device);
+      s = batch_engine(RUN_ALL, r->device, threads, path, reps, n_prompt, n_decode, 4, r);
+      if (!s) s = batch_engine(RUN_AUTO, r->device, threads, path, reps, n_prompt, n_decode, 4, r);
+    }
+    if (!s) n_res++;
+  }
+  free(list);
+  if (s) return cli_fail(cmd, s);
+  if (json) batch_print_json(res, n_res, reps, n_prompt, offload);
+  else batch_print_table(res, n_res, reps, n_prompt, off_dev, offload);
+  return 0;
+}
+
 int tsr_cmd_bench(int argc, char **argv) {
   const char *cmd = "bench";
   const char *models = "stories15M,stories110M", *dir = "build/bench", *off_dev = "fmodel";
-  bool json = false, kernels = true, run_models = true;
+  bool json = false, kernels = true, run_models = true, only_kernels = false;
+  bool models_set = false, prompt_set = false, decode_set = false;
   int64_t reps = 5, n_prompt = 128, n_decode = 64, threads = 0;
+  int32_t batches[BATCH_MAX_SIZES];
+  int n_batches = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -191,11 +622,16 @@ int tsr_cmd_bench(int argc, char **argv) {
       json = true;
     } else if (!strcmp(a, "--kernels")) {
       run_models = false;
+      only_kernels = true;
+    } else if (!strcmp(a, "--batch")) {
+      if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_batch_list(v, batches, &n_batches))
+        return 2;
     } else if (!strcmp(a, "--no-kernels")) {
       kernels = false;
     } else if (!strcmp(a, "--models")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       models = v;
+      models_set = true;
     } else if (!strcmp(a, "--offload-device")) {
       if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
       off_dev = v;
@@ -208,9 +644,11 @@ int tsr_cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--prompt")) {
       if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 1, 1 << 16, &n_prompt))
         return 2;
+      prompt_set = true;
     } else if (!strcmp(a, "--decode")) {
       if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 1, 1 << 16, &n_decode))
         return 2;
+      decode_set = true;
     } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
       if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 0, 1024, &threads))
         return 2;
@@ -218,6 +656,15 @@ int tsr_cmd_bench(int argc, char **argv) {
       fprintf(stderr, "tessera bench: unknown option '%s' (see --help)\n", a);
       return 2;
     }
+  }
+  if (n_batches) {
+    if (only_kernels) {
+      fprintf(stderr, "tessera bench: --batch and --kernels exclude each other\n");
+      return 2;
+    }
+    return bench_batch(batches, n_batches, models_set ? models : "stories110M,large", dir,
+                       off_dev, (int)threads, (int)reps, prompt_set ? (int32_t)n_prompt : 16,
+                       decode_set ? (int32_t)n_decode : 24, json);
   }
   if (!strcmp(models, "none")) run_models = false;
 
@@ -252,26 +699,18 @@ int tsr_cmd_bench(int argc, char **argv) {
     mkdir("build", 0755);
     mkdir(dir, 0755);
     for (char *tok = strtok(list, ","); tok && n_res < 8 && !s; tok = strtok(NULL, ",")) {
-      tsr_gen_params_t p;
-      s = tsr_gen_preset(tok, &p);
-      if (s) break;
       char path[1024];
-      snprintf(path, sizeof path, "%s/%s-f32-seed1.gguf", dir, tok);
-      struct stat st;
-      if (stat(path, &st) != 0) {
-        p.seed = 1;
-        p.type = TSR_DTYPE_F32;
-        if (!json) fprintf(stderr, "tessera bench: generating %s\n", path);
-        s = tsr_gen_model_write(path, &p);
-        if (s) break;
-      }
+      s = bench_model_path(dir, tok, json, path, sizeof path);
+      if (s) break;
       model_result_t *r = &res[n_res];
       memset(r, 0, sizeof *r);
       snprintf(r->preset, sizeof r->preset, "%s", tok);
       if (!json) fprintf(stderr, "tessera bench: running %s\n", tok);
       s = bench_model(ctx, path, (int)reps, (int)n_prompt, (int)n_decode, r);
-      if (!s && strcmp(off_dev, "none") != 0)
-        s = bench_offload(off_dev, (int)threads, path, (int)n_prompt, (int)n_decode, r);
+      if (!s && strcmp(off_dev, "none") != 0) {
+        offload_spec(off_dev, &r->cfg, r->off_spec, sizeof r->off_spec);
+        s = bench_offload(r->off_spec, (int)threads, path, (int)n_prompt, (int)n_decode, r);
+      }
       if (!s) n_res++;
     }
     free(list);
@@ -294,7 +733,7 @@ int tsr_cmd_bench(int argc, char **argv) {
              "\"int8_offload_projected\": {\"device\": \"%s\", \"prefill_tok_s\": %.2f, "
              "\"decode_tok_s\": %.2f}}",
              i ? "," : "", res[i].preset, res[i].params_m, res[i].prefill_tps[0],
-             res[i].decode_tps[0], res[i].prefill_tps[1], res[i].decode_tps[1], off_dev,
+             res[i].decode_tps[0], res[i].prefill_tps[1], res[i].decode_tps[1], res[i].off_spec,
              res[i].off_prefill_tps, res[i].off_decode_tps);
     printf("%s]\n}\n", n_res ? "\n  " : "");
     return 0;
