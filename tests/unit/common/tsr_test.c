@@ -197,8 +197,12 @@ int tsr_test_run_all(void) {
   CU_cleanup_registry();
   unsigned passed = g_cases_run - g_cases_failed - g_cases_skipped;
   fflush(stderr);
-  printf("\ncases: %u run, %u passed, %u failed, %u skipped; asserts: %u, %u failed%s\n",
-         g_cases_run, passed, g_cases_failed, g_cases_skipped, asserts, bad,
+  int named = 0;
+  for (int i = 0; i < g_n_skips; i++) named += g_skips[i].test == NULL;
+  printf("\ncases: %u run, %u passed, %u failed, %u skipped", g_cases_run, passed,
+         g_cases_failed, g_cases_skipped);
+  if (named) printf(", and %d group(s) of cases not run here", named);
+  printf("; asserts: %u, %u failed%s\n", asserts, bad,
          fsuites ? "; a suite's setup or cleanup failed" : "");
   for (int i = 0; i < g_n_skips; i++)
     printf("SKIP case %s: %s\n", g_skips[i].what, g_skips[i].why);
