@@ -26,9 +26,12 @@ ifneq ($(DEPS_OK),ok)
 $(error scripts/setup-deps.sh failed: see the message above)
 endif
 
+# SANFLAGS: sanitizer flags for compiling and every link (e.g.
+# SANFLAGS=-fsanitize=thread in a separate BUILD directory).
+SANFLAGS ?=
 TSR_CFLAGS := -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
               -fPIC -pthread -D_GNU_SOURCE -fvisibility=hidden \
-              -I. -Ihost/include $(CFLAGS)
+              -I. -Ihost/include $(SANFLAGS) $(CFLAGS)
 TSR_LIBS   := -lopenblas -lm -ldl -lpthread
 
 LIB_SRCS := $(sort $(wildcard base/*.c compute/*.c driver/*.c driver/*/*.c host/src/*.c))
@@ -64,7 +67,7 @@ $(STATIC_LIB): $(LIB_OBJS)
 
 $(SHARED_LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libtessera.so.$(SOMAJOR) -o $@ $^ $(TSR_LIBS)
+	$(CC) $(SANFLAGS) -shared -Wl,-soname,libtessera.so.$(SOMAJOR) -o $@ $^ $(TSR_LIBS)
 	ln -sf libtessera.so.$(VERSION) $(BUILD)/lib/libtessera.so.$(SOMAJOR)
 	ln -sf libtessera.so.$(SOMAJOR) $(BUILD)/lib/libtessera.so
 

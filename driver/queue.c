@@ -2,6 +2,7 @@
 #include "driver/queue.h"
 
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,7 +222,13 @@ tsr_status_t tsr_queue_wait(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
       s = ops->poll(q->cfg.impl, q, fence, expired ? 0 : deadline - now, &idle);
       polled = true;
       if (s) break;
-      if (!idle) continue;
+      if (!idle) {
+        /* Let submits and copies of other threads in between slices. */
+        pthread_mutex_unlock(&q->mu);
+        sched_yield();
+        pthread_mutex_lock(&q->mu);
+        continue;
+      }
       c = tsr_queue_cmd(q, fence);
       if (!c || finished(c->state)) continue;
       now = tsr_hal_now_ns();

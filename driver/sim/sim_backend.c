@@ -14,11 +14,18 @@
  * The host drives the kernel exactly as XRT would: program MEM_BASE,
  * MEM_SIZE, RING, N_DESC through AXI4-Lite writes, set ap_start, run the
  * clock until ap_done, clear the interrupt, then read STATUS, ERR_INDEX,
- * DESC_DONE and the performance counters. Launches queue in software and
- * the next starts when the previous completes; time only advances inside
- * wait(), which honours both its wall-clock timeout and a budget of
- * simulated cycles per launch. Buffer copies use the backdoor memory
- * functions (no cycles), like a DMA outside the kernel.
+ * DESC_DONE and the performance counters. Launches queue in the shared
+ * command queue (driver/queue.h) and the next starts when the previous
+ * completes; time only advances inside wait(), whose polls run the clock a
+ * slice at a time (growing from 1024 cycles to 2^20) and honour both the
+ * wall-clock timeout and a budget of simulated cycles per launch. Buffer
+ * copies use the backdoor memory functions (no cycles), like a DMA outside
+ * the kernel.
+ *
+ * Threads: the Verilated model is single-threaded, so every call into it
+ * (a poll's slice of cycles, a copy, a register access) runs under the
+ * queue's lock; calls from several threads are safe and take turns, a
+ * slice at a time.
  *
  * Options ("sim:key=value,..."):
  *   latency=CYC     memory read latency (library default if absent)
@@ -42,6 +49,7 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +61,11 @@
 #include "../../sim/tsr_sim.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
+#include "driver/queue.h"
 #include "base/status.h"
 
 #define SIM_NAME "sim"
 #define SIM_LIB_FILE "libtessera_rtl.so"
-/* Finished commands whose results wait() can still return. */
-#define KEEP_DONE 1024
 
 /* Entry points resolved from the RTL library. */
 typedef struct sim_api {
@@ -88,14 +95,8 @@ typedef struct sim_api {
                                  "sim: " __VA_ARGS__);                        \
   } while (0)
 
-enum cmd_state { CMD_QUEUED, CMD_RUNNING, CMD_DONE, CMD_ABORTED };
-
-typedef struct sim_cmd {
-  tsr_hal_command_t cmd;
-  enum cmd_state state;
-  uint64_t start_cycle; /* simulator cycle at ap_start */
-  tsr_hal_result_t res;
-} sim_cmd_t;
+/* A started command keeps the simulator cycle of its ap_start in aux[0]. */
+#define START_CYCLE aux[0]
 
 typedef struct sim_device {
   tsr_hal_device_t base; /* must be first */
@@ -107,12 +108,10 @@ typedef struct sim_device {
   uint32_t rows, cols;
   double clock_hz;
   uint64_t max_cycles;
-  sim_cmd_t *cmds; /* (n_cmds) fence f is cmds[f - 1 - base_fence] */
-  uint64_t n_cmds, cap_cmds;
-  uint64_t base_fence; /* fences up to this one were forgotten */
-  uint64_t head; /* 0-based index of the oldest command not finished */
+  tsr_queue_t q;   /* fences, completions, and the lock of the model */
+  uint64_t chunk;  /* cycles the next poll runs (grows per launch)   */
   uint64_t fail_at, hang_at, lost_at; /* fault injection, 0 = never */
-  bool lost;
+  atomic_bool lost;
 } sim_device_t;
 
 static tsr_status_t lost_status(void) {
@@ -283,9 +282,9 @@ static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
 static void sim_close(tsr_hal_device_t *d) {
   sim_device_t *dev = as_sim(d);
   if (!dev) return;
+  tsr_queue_destroy(&dev->q);
   if (dev->sim) dev->api.destroy(dev->sim);
   tsr_devmem_destroy(dev->dm);
-  free(dev->cmds);
   free(dev);
 }
 
@@ -295,6 +294,8 @@ static tsr_status_t enable_irq(sim_device_t *dev) {
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_IER, 1), "writing IER");
   return TSR_OK;
 }
+
+static const tsr_queue_ops_t sim_queue_ops;
 
 static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
   *out = NULL;
@@ -325,6 +326,8 @@ static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device
     s = tsr_devmem_create(dev->cfg.mem_base, dev->cfg.mem_size, &dev->dm);
   }
   if (!s) s = enable_irq(dev);
+  tsr_queue_config_t qc = {.name = SIM_NAME, .ops = &sim_queue_ops, .impl = dev};
+  if (!s) s = tsr_queue_init(&dev->q, &qc);
   if (s) {
     sim_close(&dev->base);
     return s;
@@ -351,7 +354,7 @@ static tsr_status_t sim_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align
                               tsr_hal_buffer_t *out) {
   sim_device_t *dev = as_sim(d);
   memset(out, 0, sizeof *out);
-  if (dev->lost) return lost_status();
+  if (atomic_load(&dev->lost)) return lost_status();
   return tsr_devmem_buffer_alloc(dev->dm, SIM_NAME, size, align, out);
 }
 
@@ -362,22 +365,26 @@ static void sim_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
 static tsr_status_t sim_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                               uint64_t offset, const void *src, size_t n) {
   sim_device_t *dev = as_sim(d);
-  if (dev->lost) return lost_status();
+  if (atomic_load(&dev->lost)) return lost_status();
   TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, SIM_NAME, buf, offset, n, "write"));
-  if (n)
-    SIM_CHECK(dev->api.mem_write(dev->sim, buf->addr + offset, src, n),
-              "backdoor write of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
+  if (!n) return TSR_OK;
+  tsr_queue_lock(&dev->q);
+  int rc = dev->api.mem_write(dev->sim, buf->addr + offset, src, n);
+  tsr_queue_unlock(&dev->q);
+  SIM_CHECK(rc, "backdoor write of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
   return TSR_OK;
 }
 
 static tsr_status_t sim_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf,
                              uint64_t offset, void *dst, size_t n) {
   sim_device_t *dev = as_sim(d);
-  if (dev->lost) return lost_status();
+  if (atomic_load(&dev->lost)) return lost_status();
   TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, SIM_NAME, buf, offset, n, "read"));
-  if (n)
-    SIM_CHECK(dev->api.mem_read(dev->sim, buf->addr + offset, dst, n),
-              "backdoor read of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
+  if (!n) return TSR_OK;
+  tsr_queue_lock(&dev->q);
+  int rc = dev->api.mem_read(dev->sim, buf->addr + offset, dst, n);
+  tsr_queue_unlock(&dev->q);
+  SIM_CHECK(rc, "backdoor read of %zu bytes at 0x%" PRIx64, n, buf->addr + offset);
   return TSR_OK;
 }
 
@@ -401,29 +408,25 @@ static tsr_status_t read64(sim_device_t *dev, uint32_t off, uint64_t *v) {
   return TSR_OK;
 }
 
-/* Programs the arguments of cmds[head] and raises ap_start. */
-static tsr_status_t start_head(sim_device_t *dev) {
-  sim_cmd_t *c = &dev->cmds[dev->head];
-  const uint64_t number = dev->base_fence + dev->head + 1;
+/* Programs the arguments of command `fence` and raises ap_start. */
+static tsr_status_t start_cmd(sim_device_t *dev, uint64_t fence, tsr_queue_cmd_t *c) {
   /* fail=N: a ring just past the window, which the kernel must refuse. */
-  uint64_t ring = number == dev->fail_at ? c->cmd.window_base + c->cmd.window_size : c->cmd.ring;
+  uint64_t ring = fence == dev->fail_at ? c->cmd.window_base + c->cmd.window_size : c->cmd.ring;
   TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_BASE, c->cmd.window_base));
   TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_SIZE, c->cmd.window_size));
   TSR_RETURN_IF(write64(dev, TSR_ARG_RING, ring));
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_ARG_N_DESC, c->cmd.n_desc), "writing N_DESC");
-  c->start_cycle = dev->api.cycles(dev->sim);
-  if (number == dev->hang_at) { /* hang=N: never started, never done */
-    c->state = CMD_RUNNING;
-    return TSR_OK;
-  }
+  c->START_CYCLE = dev->api.cycles(dev->sim);
+  dev->chunk = 1024;
+  c->state = TSR_QUEUE_STARTED;
+  if (fence == dev->hang_at) return TSR_OK; /* hang=N: never started, never done */
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_START), "writing ap_start");
-  c->state = CMD_RUNNING;
   return TSR_OK;
 }
 
-/* After ap_done: acknowledges it and collects the status registers. */
-static tsr_status_t finish_head(sim_device_t *dev) {
-  sim_cmd_t *c = &dev->cmds[dev->head];
+/* After ap_done of command `fence`: acknowledges it, collects the status
+ * registers and completes it. */
+static tsr_status_t finish_cmd(sim_device_t *dev, uint64_t fence) {
   uint32_t ctrl = 0, isr = 0;
   TSR_RETURN_IF(read32(dev, TSR_REG_CTRL, &ctrl)); /* clears ap_done (COR) */
   TSR_RETURN_IF(read32(dev, TSR_REG_ISR, &isr));
@@ -431,111 +434,113 @@ static tsr_status_t finish_head(sim_device_t *dev) {
   /* ap_ctrl_chain: the kernel holds its outputs until ap_continue. */
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE),
             "writing ap_continue");
-  tsr_hal_result_t *r = &c->res;
-  TSR_RETURN_IF(read32(dev, TSR_STAT_STATUS, &r->hw_status));
-  TSR_RETURN_IF(read32(dev, TSR_STAT_ERR_INDEX, &r->err_index));
-  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r->desc_done));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r->cycles));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r->stall_cycles));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r->bytes_rd));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r->bytes_wr));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r->macs));
-  c->state = CMD_DONE;
-  dev->head++;
+  tsr_hal_result_t r;
+  memset(&r, 0, sizeof r);
+  TSR_RETURN_IF(read32(dev, TSR_STAT_STATUS, &r.hw_status));
+  TSR_RETURN_IF(read32(dev, TSR_STAT_ERR_INDEX, &r.err_index));
+  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r.desc_done));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r.cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r.stall_cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r.bytes_rd));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r.bytes_wr));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r.macs));
+  tsr_queue_complete(&dev->q, fence, &r);
   return TSR_OK;
 }
+
+/* Queue hook: a command was submitted. It starts at once if the kernel is
+ * idle, so the launch overlaps with the host's work (cycles run in wait). */
+static tsr_status_t sim_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_queue_cmd_t *c) {
+  sim_device_t *dev = impl;
+  if (dev->lost_at && fence >= dev->lost_at) atomic_store(&dev->lost, true);
+  if (atomic_load(&dev->lost)) return lost_status();
+  if (tsr_queue_oldest_pending(q) == fence) TSR_RETURN_IF(start_cmd(dev, fence, c));
+  return TSR_OK;
+}
+
+/* Queue hook: runs one slice of cycles for the oldest unfinished launch
+ * (launches run in order, so that is the way to `fence`). */
+static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_t budget_ns,
+                             bool *idle) {
+  sim_device_t *dev = impl;
+  uint64_t head = tsr_queue_oldest_pending(q);
+  tsr_queue_cmd_t *h = head ? tsr_queue_cmd(q, head) : NULL;
+  if (!h) {
+    *idle = true;
+    return TSR_OK;
+  }
+  if (h->state == TSR_QUEUE_QUEUED) TSR_RETURN_IF(start_cmd(dev, head, h));
+  uint64_t used = dev->api.cycles(dev->sim) - h->START_CYCLE;
+  if (used >= dev->max_cycles)
+    return TSR_ERR(DEADLINE_EXCEEDED,
+                   "sim: command %" PRIu64 " not done after %" PRIu64
+                   " simulated cycles (max_cycles budget)", head, used);
+  if (budget_ns == 0) { /* no wall time left: no cycles either */
+    *idle = true;
+    return TSR_OK;
+  }
+  uint64_t budget = dev->chunk < dev->max_cycles - used ? dev->chunk : dev->max_cycles - used;
+  uint64_t ran = 0;
+  int rc = dev->api.run(dev->sim, budget, 1, &ran);
+  if (rc < 0) {
+    const char *why = dev->api.last_error ? dev->api.last_error(dev->sim) : NULL;
+    return TSR_ERR(DEVICE, "sim: running command %" PRIu64 " failed at cycle %" PRIu64
+                   " (%d): %s", head, dev->api.cycles(dev->sim), rc,
+                   why && *why ? why : "the RTL model reported an error");
+  }
+  /* Grow the slice so long launches spend little time in polls, but keep
+   * it small enough to notice the wall-clock deadline promptly. */
+  if (dev->chunk < (1u << 20)) dev->chunk *= 2;
+  if (rc == 1) {
+    TSR_RETURN_IF(finish_cmd(dev, head));
+    uint64_t next = tsr_queue_oldest_pending(q);
+    if (next) TSR_RETURN_IF(start_cmd(dev, next, tsr_queue_cmd(q, next)));
+  }
+  return TSR_OK;
+}
+
+static void sim_note(void *impl, tsr_queue_t *q, uint64_t fence, char *buf, size_t cap) {
+  sim_device_t *dev = impl;
+  uint64_t head = tsr_queue_oldest_pending(q);
+  const tsr_queue_cmd_t *h = head ? tsr_queue_cmd(q, head) : NULL;
+  if (h && h->state == TSR_QUEUE_STARTED)
+    snprintf(buf, cap, " of wall time (%" PRIu64 " cycles simulated so far)",
+             dev->api.cycles(dev->sim) - h->START_CYCLE);
+}
+
+static tsr_status_t sim_reset_hook(void *impl, tsr_queue_t *q) {
+  sim_device_t *dev = impl;
+  dev->api.reset(dev->sim);
+  return enable_irq(dev);
+}
+
+static const tsr_queue_ops_t sim_queue_ops = {
+    .start = sim_start,
+    .poll = sim_poll,
+    .reset = sim_reset_hook,
+    .pending_note = sim_note,
+};
 
 static tsr_status_t sim_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
                                uint64_t *out_fence) {
   sim_device_t *dev = as_sim(d);
   *out_fence = 0;
-  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "sim: submit: NULL command");
-  if (dev->lost_at && dev->base_fence + dev->n_cmds + 1 >= dev->lost_at) dev->lost = true;
-  if (dev->lost) return lost_status();
-  /* Keep the results of the last KEEP_DONE finished commands only. */
-  if (dev->head >= 2 * KEEP_DONE) {
-    uint64_t drop = dev->head - KEEP_DONE;
-    memmove(dev->cmds, dev->cmds + drop, (dev->n_cmds - drop) * sizeof *dev->cmds);
-    dev->n_cmds -= drop;
-    dev->head -= drop;
-    dev->base_fence += drop;
-  }
-  if (dev->n_cmds == dev->cap_cmds) {
-    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
-    sim_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
-    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "sim: submit: out of host memory");
-    dev->cmds = p;
-    dev->cap_cmds = cap;
-  }
-  sim_cmd_t *c = &dev->cmds[dev->n_cmds++];
-  memset(c, 0, sizeof *c);
-  c->cmd = *cmd;
-  c->state = CMD_QUEUED;
-  *out_fence = dev->base_fence + dev->n_cmds;
-  /* Start right away if the kernel is idle, so the launch overlaps with the
-   * host's work in real time terms (here: cycles run in wait()). */
-  if (dev->head == dev->n_cmds - 1) TSR_RETURN_IF(start_head(dev));
-  return TSR_OK;
+  if (atomic_load(&dev->lost)) return lost_status();
+  return tsr_queue_submit(&dev->q, cmd, out_fence);
 }
 
 static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
                              tsr_hal_result_t *out) {
   sim_device_t *dev = as_sim(d);
   if (out) memset(out, 0, sizeof *out);
-  if (dev->lost) return lost_status();
-  if (fence == 0 || fence > dev->base_fence + dev->n_cmds)
-    return TSR_ERR(INVALID_ARGUMENT, "sim: wait: fence %" PRIu64 " was never issued "
-                   "(last is %" PRIu64 ")", fence, dev->base_fence + dev->n_cmds);
-  if (fence <= dev->base_fence)
-    return TSR_ERR(NOT_FOUND, "sim: wait: the result of fence %" PRIu64 " is no longer "
-                   "kept (only the last %d finished commands are)", fence, KEEP_DONE);
-  uint64_t t0 = tsr_hal_now_ns();
-  uint64_t deadline = timeout_ns > UINT64_MAX - t0 ? UINT64_MAX : t0 + timeout_ns;
-  uint64_t chunk = 1024;
-  for (;;) {
-    sim_cmd_t *c = &dev->cmds[fence - 1 - dev->base_fence];
-    if (c->state == CMD_DONE) {
-      if (out) *out = c->res;
-      return TSR_OK;
-    }
-    if (c->state == CMD_ABORTED)
-      return TSR_ERR(DEVICE, "sim: command %" PRIu64 " was aborted by a reset", fence);
-    sim_cmd_t *h = &dev->cmds[dev->head];
-    if (h->state == CMD_QUEUED) TSR_RETURN_IF(start_head(dev));
-    uint64_t used = dev->api.cycles(dev->sim) - h->start_cycle;
-    if (used >= dev->max_cycles)
-      return TSR_ERR(DEADLINE_EXCEEDED,
-                     "sim: command %" PRIu64 " not done after %" PRIu64
-                     " simulated cycles (max_cycles budget)", dev->base_fence + dev->head + 1,
-                     used);
-    if (tsr_hal_now_ns() >= deadline)
-      return TSR_ERR(DEADLINE_EXCEEDED,
-                     "sim: command %" PRIu64 " not done after %" PRIu64
-                     " ns of wall time (%" PRIu64 " cycles simulated so far)", fence,
-                     timeout_ns, used);
-    uint64_t budget = chunk < dev->max_cycles - used ? chunk : dev->max_cycles - used;
-    uint64_t ran = 0;
-    int rc = dev->api.run(dev->sim, budget, 1, &ran);
-    if (rc < 0) {
-      const char *why = dev->api.last_error ? dev->api.last_error(dev->sim) : NULL;
-      return TSR_ERR(DEVICE, "sim: running command %" PRIu64 " failed at cycle %" PRIu64
-                     " (%d): %s", dev->base_fence + dev->head + 1, dev->api.cycles(dev->sim), rc,
-                     why && *why ? why : "the RTL model reported an error");
-    }
-    if (rc == 1) TSR_RETURN_IF(finish_head(dev));
-    /* Grow the chunk so long launches spend little time in this loop, but
-     * keep it small enough to notice the wall-clock deadline promptly. */
-    if (chunk < (1u << 20)) chunk *= 2;
-  }
+  if (atomic_load(&dev->lost)) return lost_status();
+  return tsr_queue_wait(&dev->q, fence, timeout_ns, out);
 }
 
 static tsr_status_t sim_reset(tsr_hal_device_t *d) {
   sim_device_t *dev = as_sim(d);
-  if (dev->lost) return lost_status();
-  dev->api.reset(dev->sim);
-  for (uint64_t i = dev->head; i < dev->n_cmds; i++) dev->cmds[i].state = CMD_ABORTED;
-  dev->head = dev->n_cmds;
-  return enable_irq(dev);
+  if (atomic_load(&dev->lost)) return lost_status();
+  return tsr_queue_reset(&dev->q);
 }
 
 const tsr_hal_vtable_t tsr_hal_sim_vtable = {

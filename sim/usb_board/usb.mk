@@ -14,7 +14,7 @@ $(USB_EMU_OBJ): TSR_CFLAGS += $(USB_EMU_CFLAGS)
 
 $(USB_EMU_SO): $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,--exclude-libs,ALL -o $@ $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB) \
+	$(CC) $(SANFLAGS) -shared -Wl,--exclude-libs,ALL -o $@ $(USB_EMU_OBJ) $(USB_BOARD_OBJ) $(STATIC_LIB) \
 	    $(USB_EMU_LIBS) $(TSR_LIBS)
 
 
