@@ -4,7 +4,8 @@
  * This is the only header an application includes. It declares:
  *   - one status type (tsr_status_t) returned by every fallible function;
  *   - opaque, typed handles: tsr_context_t, tsr_model_t, tsr_engine_t,
- *     tsr_seq_t, tsr_batch_t, tsr_session_t, tsr_sampler_t;
+ *     tsr_seq_t, tsr_batch_t, tsr_session_t, tsr_sampler_t, and for the
+ *     offload API tsr_device_t, tsr_buffer_t, tsr_event_t;
  *   - create/destroy pairs with ownership stated on every declaration.
  *
  * Conventions
