@@ -596,9 +596,9 @@ int main(int argc, char **argv) {
   tsr_hal_device_t *dev = NULL;
   tsr_status_t s = tsr_hal_open("opencl:" MEM_OPTS, &dev);
   if (s) {
-    printf("SKIP opencl: %s\n", tsr_status_message(s));
+    int rc = tsr_test_skip_program("no OpenCL device opens here: %s", tsr_status_message(s));
     tsr_status_free(s);
-    return 77;
+    return rc;
   }
   tsr_hal_caps_t caps;
   dev->vt->query_caps(dev, &caps);
