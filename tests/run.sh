@@ -27,6 +27,8 @@ run_one() { # name cmd...
       grep '^SKIP case ' "$log_dir/$name.log" | sed 's/^/    /'
     fi
   elif [ $rc = 77 ]; then skip=$((skip+1)); echo "SKIP  $name: $(tail -n 1 "$log_dir/$name.log")"
+       [ "$(grep -c '^SKIP case ' "$log_dir/$name.log")" -gt 1 ] &&
+         grep '^SKIP case ' "$log_dir/$name.log" | sed 's/^/    /'
   else fail=$((fail+1)); failed="$failed $name"; echo "FAIL  $name (exit $rc), last lines:"
        tail -n 25 "$log_dir/$name.log" | sed 's/^/    /'; fi
   # Summaries that tests print for the record ("REPORT ..." lines).

@@ -213,8 +213,8 @@ int tsr_test_run_all(void) {
   }
   if (passed == 0 && g_n_skips > 0) {
     /* nothing ran: the program skipped; the last line says why */
-    printf("every case skipped: %s%s\n", g_skips[0].why,
-           g_n_skips > 1 ? " (and more, above)" : "");
+    if (g_n_skips > 1) printf("every case skipped (%d skips): %s\n", g_n_skips, g_skips[0].why);
+    else printf("every case skipped: %s\n", g_skips[0].why);
     fflush(stdout);
     return 77;
   }
