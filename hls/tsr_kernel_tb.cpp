@@ -12,7 +12,10 @@
  *    order, widths and offsets.
  * 2. Behaviour: every case runs the model and the kernel on copies of one
  *    random memory image; STATUS, ERR_INDEX, DESC_DONE, BYTES_WR, MACS and
- *    the whole memory afterwards must be identical.
+ *    the whole memory afterwards must be identical, and the memory must be
+ *    what the descriptors that ran give when computed by a naive loop
+ *    written here (the model shares the library's kernels, so it is no
+ *    independent reference for the arithmetic).
  * Prints one line per check and PASSED or FAILED at the end (exit 0 / 1).
  */
 #include <cctype>
@@ -225,6 +228,46 @@ static tsr_hal_command_t cmd_of(uint64_t wb, uint64_t ws, uint64_t ring, uint32_
   return c;
 }
 
+/* The naive expectation: the first `done` descriptors of the ring run in
+ * order on a copy of g_img, each read from memory as the previous ones left
+ * it, C[i][j] = sum_t A[i][t] * W[j][t] in 64 bits, stored as int32 little
+ * endian. Returns the bytes of `got` that differ (plus descriptors it cannot
+ * follow: outside the memory). */
+static size_t naive_diff(const tsr_hal_command_t &cmd, uint32_t done,
+                         const std::vector<uint8_t> &got) {
+  std::vector<uint8_t> mem = g_img;
+  size_t bad = 0;
+  for (uint32_t i = 0; i < done; i++) {
+    uint64_t at = cmd.ring + 64ull * i;
+    if (at + TSR_HW_DESC_BYTES > PHYS) return bad + 1;
+    tsr_desc_t d;
+    tsr_desc_unpack(&d, &mem[at]);
+    if (d.opcode != TSR_OP_GEMM_I8_I32) continue;
+    if (d.a_addr + (uint64_t)(d.m - 1) * d.lda + d.k > PHYS ||
+        d.w_addr + (uint64_t)(d.n - 1) * d.ldw + d.k > PHYS ||
+        d.c_addr + (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n > PHYS)
+      return bad + 1;
+    std::vector<int32_t> c((size_t)d.m * d.n);
+    for (uint32_t r = 0; r < d.m; r++)
+      for (uint32_t j = 0; j < d.n; j++) {
+        int64_t acc = 0;
+        for (uint32_t t = 0; t < d.k; t++)
+          acc += (int64_t)(int8_t)mem[d.a_addr + (uint64_t)r * d.lda + t] *
+                 (int8_t)mem[d.w_addr + (uint64_t)j * d.ldw + t];
+        c[(size_t)r * d.n + j] = (int32_t)acc;
+      }
+    for (uint32_t r = 0; r < d.m; r++)
+      for (uint32_t j = 0; j < d.n; j++) {
+        uint32_t v = (uint32_t)c[(size_t)r * d.n + j];
+        uint8_t *o = &mem[d.c_addr + (uint64_t)r * d.ldc + 4ull * j];
+        o[0] = (uint8_t)v, o[1] = (uint8_t)(v >> 8), o[2] = (uint8_t)(v >> 16);
+        o[3] = (uint8_t)(v >> 24);
+      }
+  }
+  for (size_t i = 0; i < PHYS; i++) bad += mem[i] != got[i];
+  return bad;
+}
+
 /* Runs the model and the kernel on copies of g_img. */
 static void run_case(const std::string &name, const tsr_hal_command_t &cmd,
                      int want_status = -1) {
@@ -241,15 +284,17 @@ static void run_case(const std::string &name, const tsr_hal_command_t &cmd,
   size_t diff = 0, first = 0;
   for (size_t i = 0; i < PHYS; i++)
     if (ref[i] != dut[i] && diff++ == 0) first = i;
+  size_t naive = naive_diff(cmd, dd, dut);
   bool ok = st == r.hw_status && ei == r.err_index && dd == r.desc_done && wr == r.bytes_wr &&
-            mac == r.macs && diff == 0 && (want_status < 0 || (uint32_t)want_status == st);
+            mac == r.macs && diff == 0 && naive == 0 &&
+            (want_status < 0 || (uint32_t)want_status == st);
   char msg[512];
   std::snprintf(msg, sizeof msg,
                 "%-34s status %u/%u err_index %u/%u desc_done %u/%u bytes_wr %llu/%llu macs "
-                "%llu/%llu memory diff %zu (first at 0x%zx) [hls/model]",
+                "%llu/%llu memory diff %zu (first at 0x%zx), vs naive %zu [hls/model]",
                 name.c_str(), st, r.hw_status, ei, r.err_index, dd, r.desc_done,
                 (unsigned long long)wr, (unsigned long long)r.bytes_wr, (unsigned long long)mac,
-                (unsigned long long)r.macs, diff, first);
+                (unsigned long long)r.macs, diff, first, naive);
   check(ok, msg);
   if (ok)
     std::printf("ok    %-34s status %u (%s), %u done, %llu MACs\n", name.c_str(), st,
