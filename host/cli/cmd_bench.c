@@ -39,12 +39,15 @@ static void usage(FILE *f) {
           "                   behind PCIe; sim for RTL cycles, slower; none to skip)\n"
           "  -t, --threads N  threads (default: all)\n"
           "  --batch LIST     batched decode instead: for each size B (comma-separated,\n"
-          "                   1..1024), B sequences on one int8 engine, each prefilled with\n"
-          "                   --prompt tokens (default 16), then decode steps of one token\n"
-          "                   per sequence; aggregate tokens/s on the CPU and projected on\n"
-          "                   --offload-device with every matmul there and with the auto\n"
-          "                   policy (models default stories110M,large; --decode N steps\n"
-          "                   at batch 1, N/sqrt(B) at batch B, at least 4; default 24)\n"
+          "                   1..1024), B sequences on one int8 engine, each prefilled once\n"
+          "                   with its own --prompt tokens (default 8), then decode steps of\n"
+          "                   one token per sequence: aggregate tokens/s on the CPU, and\n"
+          "                   projected on --offload-device with every matmul there; and\n"
+          "                   the batch size where the device overtakes the CPU. Models\n"
+          "                   default to stories110M,large; --decode N steps per repetition\n"
+          "                   at batch 1, N/B at batch B, at least 2 (default 32)\n"
+          "  --auto           with --batch: also the partitioner's own choice (auto policy;\n"
+          "                   one more engine per model)\n"
           "  --json           print JSON instead of a table\n"
           "  -h, --help       this text\n");
 }
@@ -250,6 +253,8 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
 
 #define BATCH_MAX_SIZES 16
 #define BATCH_MAX 1024
+#define BATCH_PROMPT 8  /* prompt tokens per sequence */
+#define BATCH_DECODE 32 /* decode steps per repetition at batch 1 */
 
 /* Parses --batch: comma-separated sizes in [1, BATCH_MAX], at most
  * BATCH_MAX_SIZES of them. Prints a message naming the entry on error. */
@@ -296,8 +301,10 @@ typedef struct {
   int32_t batch, steps;
   double cpu_tps;                  /* aggregate, measured: median of reps  */
   double all_tps, auto_tps;        /* projected onto the offload device     */
-  double all_host_s, all_board_s;  /* per decode step, offload all          */
-  double auto_host_s, auto_board_s;/* per decode step, auto policy          */
+  /* per decode step: host ops, board time, and of the board time the
+   * device cycles at its clock */
+  double all_host_s, all_board_s, all_cycles_s;
+  double auto_host_s, auto_board_s, auto_cycles_s;
   double all_launches, auto_launches; /* device launches per decode step   */
 } batch_row_t;
 
@@ -312,10 +319,11 @@ typedef struct {
 /* How one engine of the sweep runs. */
 typedef enum { RUN_CPU = 0, RUN_ALL = 1, RUN_AUTO = 2 } batch_run_t;
 
-/* The decode steps at batch size B: `decode` at batch 1, fewer as the
- * batch grows (a step's work grows with B), at least `min_steps`. */
+/* The decode steps of one repetition at batch size B: `decode` at batch 1,
+ * decode / B beyond (a step's work grows with B once the weights are
+ * amortized), at least `min_steps`. */
 static int32_t batch_steps(int32_t decode, int32_t B, int32_t min_steps) {
-  int32_t s = (int32_t)((double)decode / sqrt((double)B) + 0.5);
+  int32_t s = (decode + B / 2) / B;
   return s < min_steps ? min_steps : s;
 }
 
@@ -326,25 +334,35 @@ static int32_t argmax(const float *v, int32_t n) {
   return best;
 }
 
-/* One repetition at batch size B: every sequence reset and prefilled with
- * its own n_prompt tokens (one batch; `pr` is scratch for them), then `steps` batches of one token
- * per sequence, greedy. *out_s is the wall time of the decode steps;
- * *st0 and *st1 the engine's stats around them. */
-static tsr_status_t batch_rep(tsr_engine_t *eng, tsr_seq_t **seqs, tsr_batch_t *b, int32_t B,
-                              int32_t n_prompt, int32_t steps, int32_t vocab, int32_t *toks,
-                              int32_t *pr, double *out_s, tsr_session_stats_t *st0,
-                              tsr_session_stats_t *st1) {
+/* Prefills each of the n sequences with its own n_prompt tokens, all in
+ * one batch, and leaves each one's greedy next token in toks[i]. */
+static tsr_status_t batch_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n,
+                                  tsr_batch_t *b, int32_t n_prompt, int32_t vocab,
+                                  int32_t *toks) {
+  int32_t *pr = malloc(sizeof(int32_t) * (size_t)n_prompt);
+  if (!pr) return TSR_ERR(RESOURCE_EXHAUSTED, "prompt of %d tokens", n_prompt);
   tsr_status_t s = TSR_OK;
   tsr_batch_clear(b);
-  for (int32_t i = 0; i < B && !s; i++) {
-    tsr_seq_reset(seqs[i]);
+  for (int32_t i = 0; i < n && !s; i++) {
     for (int32_t j = 0; j < n_prompt; j++)
       pr[j] = (int32_t)(((int64_t)j * 7919 + 1 + (int64_t)i * 104729) % vocab);
     s = tsr_batch_add(b, seqs[i], pr, (size_t)n_prompt, true, NULL);
   }
+  free(pr);
   if (!s) s = tsr_engine_eval(eng, b);
-  for (int32_t i = 0; i < B && !s; i++) toks[i] = argmax(tsr_batch_logits(b, (size_t)i), vocab);
-  if (s) return s;
+  for (int32_t i = 0; i < n && !s; i++) toks[i] = argmax(tsr_batch_logits(b, (size_t)i), vocab);
+  return s;
+}
+
+/* `steps` decode steps of the first B sequences: each step one batch of
+ * one token per sequence (toks[i], replaced by its greedy successor).
+ * *out_s is the wall time of the steps, *st0 and *st1 the engine's stats
+ * around them. */
+static tsr_status_t batch_decode(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t B,
+                                 tsr_batch_t *b, int32_t steps, int32_t vocab, int32_t *toks,
+                                 double *out_s, tsr_session_stats_t *st0,
+                                 tsr_session_stats_t *st1) {
+  tsr_status_t s = TSR_OK;
   tsr_engine_get_stats(eng, st0);
   double t0 = cli_now_s();
   for (int32_t step = 0; step < steps && !s; step++) {
@@ -363,7 +381,9 @@ static tsr_status_t batch_rep(tsr_engine_t *eng, tsr_seq_t **seqs, tsr_batch_t *
  * (kind RUN_CPU, `reps` repetitions, median), or on `device` with every
  * matmul there (RUN_ALL) or the partitioner's choice (RUN_AUTO), projected:
  * B x steps / (host ops measured + the board's time), one repetition since
- * the device's cycles are deterministic. */
+ * the device's cycles are deterministic. The sequences are prefilled once;
+ * batch size B decodes the first B of them onward from where they are, and
+ * the repetitions are consecutive runs of steps. */
 static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_threads,
                                  const char *path, int reps, int32_t n_prompt, int32_t n_decode,
                                  int32_t min_steps, batch_result_t *r) {
@@ -374,12 +394,13 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
     co.devices = device;
     co.offload = kind == RUN_ALL ? TSR_OFFLOAD_ALL : TSR_OFFLOAD_AUTO;
     co.fallback = false; /* a projection from a device that fell back means nothing */
+    reps = 1;
   }
-  int32_t max_b = 1, max_steps = 1;
+  int32_t max_b = 1, positions = n_prompt;
   for (int i = 0; i < r->n_rows; i++) {
     r->rows[i].steps = batch_steps(n_decode, r->rows[i].batch, min_steps);
     if (r->rows[i].batch > max_b) max_b = r->rows[i].batch;
-    if (r->rows[i].steps > max_steps) max_steps = r->rows[i].steps;
+    positions += reps * r->rows[i].steps;
   }
   tsr_context_t *ctx = NULL;
   tsr_model_t *m = NULL;
@@ -387,9 +408,8 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
   tsr_batch_t *b = NULL;
   tsr_seq_t **seqs = calloc((size_t)max_b, sizeof *seqs);
   int32_t *toks = malloc(sizeof(int32_t) * (size_t)max_b);
-  int32_t *pr = malloc(sizeof(int32_t) * (size_t)n_prompt);
   double *t = malloc(sizeof(double) * (size_t)reps);
-  tsr_status_t s = seqs && toks && pr && t ? TSR_OK : TSR_ERR(RESOURCE_EXHAUSTED, "batch bench");
+  tsr_status_t s = seqs && toks && t ? TSR_OK : TSR_ERR(RESOURCE_EXHAUSTED, "batch bench");
   if (!s) s = tsr_context_create(&co, &ctx);
   if (!s) s = tsr_model_load(ctx, path, NULL, &m);
   tsr_model_config_t c;
@@ -397,50 +417,52 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
   if (!s) {
     tsr_model_config(m, &c);
     r->cfg = c;
-    if (n_prompt + max_steps > c.seq_len)
-      s = TSR_ERR(OUT_OF_RANGE, "%s: prompt %d + %d decode steps exceed the context of %d",
-                  path, n_prompt, max_steps, c.seq_len);
+    if (positions > c.seq_len)
+      s = TSR_ERR(OUT_OF_RANGE, "%s: prompt and decode steps take %d positions, more than the "
+                                "context of %d (fewer --decode or --reps)", path, positions,
+                  c.seq_len);
   }
   if (!s) {
     tsr_session_options_t so;
     tsr_session_options_init(&so);
     so.precision = TSR_PRECISION_INT8;
-    so.max_seq = n_prompt + max_steps;
-    /* plans for every size up to the largest batch; prefill passes as wide */
-    so.max_batch_rows = max_b > n_prompt ? max_b : n_prompt;
+    so.max_seq = positions;
+    /* plans for every size up to the largest batch: a decode step is one pass */
+    so.max_batch_rows = max_b;
     s = tsr_engine_create(m, &so, &eng);
   }
   for (int32_t i = 0; i < max_b && !s; i++) s = tsr_seq_create(eng, &seqs[i]);
   if (!s) s = tsr_batch_create(0, &b);
+  if (!s) s = batch_prefill(eng, seqs, max_b, b, n_prompt, c.vocab_size, toks);
   for (int i = 0; i < r->n_rows && !s; i++) {
     batch_row_t *row = &r->rows[i];
     const int32_t B = row->batch, steps = row->steps;
     tsr_session_stats_t st0, st1;
+    for (int rep = 0; rep < reps && !s; rep++) {
+      s = batch_decode(eng, seqs, B, b, steps, c.vocab_size, toks, &t[rep], &st0, &st1);
+      t[rep] = (double)B * steps / t[rep];
+    }
+    if (s) break;
     if (kind == RUN_CPU) {
-      for (int rep = 0; rep < reps && !s; rep++) {
-        s = batch_rep(eng, seqs, b, B, n_prompt, steps, c.vocab_size, toks, pr,
-                      &t[rep], &st0, &st1);
-        t[rep] = (double)B * steps / t[rep];
-      }
-      if (!s) row->cpu_tps = median(t, reps);
+      row->cpu_tps = median(t, reps);
       continue;
     }
-    double wall = 0;
-    s = batch_rep(eng, seqs, b, B, n_prompt, steps, c.vocab_size, toks, pr, &wall, &st0, &st1);
-    if (s) break;
     const double host = st1.cpu_s - st0.cpu_s;
     const double board = st1.board_projected_s - st0.board_projected_s;
     const double tps = host + board > 0 ? (double)B * steps / (host + board) : 0;
     const double launches = (double)(st1.device_calls - st0.device_calls) / steps;
+    const double cycles = (st1.device_projected_s - st0.device_projected_s) / steps;
     if (kind == RUN_ALL) {
       row->all_tps = tps;
       row->all_host_s = host / steps;
       row->all_board_s = board / steps;
+      row->all_cycles_s = cycles;
       row->all_launches = launches;
     } else {
       row->auto_tps = tps;
       row->auto_host_s = host / steps;
       row->auto_board_s = board / steps;
+      row->auto_cycles_s = cycles;
       row->auto_launches = launches;
     }
   }
@@ -451,7 +473,6 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
   tsr_context_destroy(ctx);
   free(seqs);
   free(toks);
-  free(pr);
   free(t);
   return s;
 }
@@ -469,12 +490,13 @@ static int batch_overtake(const batch_result_t *r, bool auto_policy) {
 }
 
 static void batch_print_json(const batch_result_t *res, int n_res, int reps, int32_t n_prompt,
-                             bool offload) {
+                             bool offload, bool with_auto) {
   printf("{\n  \"reps\": %d,\n  \"batched_decode\": {\n    \"precision\": \"int8\", "
          "\"prompt_tokens\": %d,\n    \"cpu\": \"aggregate tokens/s of B sequences on one "
-         "engine, median of reps\",\n    \"projected\": \"B x steps / (host ops measured + "
-         "board time: device cycles at its clock, launch latency, copies over its link, "
-         "host work around the launches), decode steps only\",\n    \"models\": [",
+         "engine, B x steps / wall time of the decode steps, median of reps\",\n"
+         "    \"projected\": \"B x steps / (host ops measured + board time: device cycles at "
+         "its clock, launch latency, copies over its link, host work around the launches), "
+         "decode steps only\",\n    \"models\": [",
          reps, n_prompt);
   for (int m = 0; m < n_res; m++) {
     const batch_result_t *r = &res[m];
@@ -490,82 +512,93 @@ static void batch_print_json(const batch_result_t *res, int n_res, int reps, int
              r->rows[0].cpu_tps > 0 ? w->cpu_tps / r->rows[0].cpu_tps : 0.0);
       if (offload)
         printf(", \"offload_all\": {\"tok_s\": %.2f, \"host_ms_per_step\": %.3f, "
-               "\"board_ms_per_step\": %.3f, \"launches_per_step\": %.1f}, "
-               "\"offload_auto\": {\"tok_s\": %.2f, \"host_ms_per_step\": %.3f, "
-               "\"board_ms_per_step\": %.3f, \"launches_per_step\": %.1f}",
-               w->all_tps, w->all_host_s * 1e3, w->all_board_s * 1e3, w->all_launches,
-               w->auto_tps, w->auto_host_s * 1e3, w->auto_board_s * 1e3, w->auto_launches);
+               "\"board_ms_per_step\": %.3f, \"cycles_ms_per_step\": %.3f, "
+               "\"launches_per_step\": %.1f}",
+               w->all_tps, w->all_host_s * 1e3, w->all_board_s * 1e3, w->all_cycles_s * 1e3,
+               w->all_launches);
+      if (offload && with_auto)
+        printf(", \"offload_auto\": {\"tok_s\": %.2f, \"host_ms_per_step\": %.3f, "
+               "\"board_ms_per_step\": %.3f, \"cycles_ms_per_step\": %.3f, "
+               "\"launches_per_step\": %.1f}",
+               w->auto_tps, w->auto_host_s * 1e3, w->auto_board_s * 1e3,
+               w->auto_cycles_s * 1e3, w->auto_launches);
       printf("}");
     }
     printf("\n      ]");
-    if (offload) {
-      int all = batch_overtake(r, false), aut = batch_overtake(r, true);
-      if (all >= 0) printf(", \"device_all_ahead_from_batch\": %d", r->rows[all].batch);
-      else printf(", \"device_all_ahead_from_batch\": null");
-      if (aut >= 0) printf(", \"device_auto_ahead_from_batch\": %d", r->rows[aut].batch);
-      else printf(", \"device_auto_ahead_from_batch\": null");
+    for (int pol = 0; offload && pol < (with_auto ? 2 : 1); pol++) {
+      const int at = batch_overtake(r, pol == 1);
+      printf(", \"device_%s_ahead_from_batch\": ", pol ? "auto" : "all");
+      if (at >= 0) printf("%d", r->rows[at].batch);
+      else printf("null");
     }
     printf("}");
   }
   printf("%s]\n  }\n}\n", n_res ? "\n    " : "");
 }
 
+/* "<host> + <board> (<cycles>)" milliseconds per step. */
+static const char *ms_split(char *buf, size_t cap, double host_s, double board_s,
+                            double cycles_s) {
+  snprintf(buf, cap, "%.1f + %.1f (%.1f)", host_s * 1e3, board_s * 1e3, cycles_s * 1e3);
+  return buf;
+}
+
 static void batch_print_table(const batch_result_t *res, int n_res, int reps, int32_t n_prompt,
-                              const char *off_dev, bool offload) {
+                              const char *off_dev, bool offload, bool with_auto) {
   printf("batched decode, int8: B sequences on one engine, each prefilled with %d tokens, then\n"
-         "decode steps of one token per sequence (B rows per forward pass); CPU: aggregate\n"
-         "tokens/s measured, median of %d\n", n_prompt, reps);
+         "decode steps of one token per sequence (one forward pass of B rows per step).\n"
+         "CPU t/s: B x steps / wall time of the steps, median of %d.\n", n_prompt, reps);
   if (offload)
-    printf("%s all / auto: every matmul on the device / the partitioner's choice, projected:\n"
+    printf("%s t/s, projected with every matmul on the device (all)%s:\n"
            "B x steps / (host ops measured here + board time: device cycles at its clock,\n"
            "launch latency, copies over its link, host work around the launches), decode\n"
-           "steps only; ms/step = host + board\n", off_dev);
+           "steps only; ms/step = host + board (of which device cycles); launches = device\n"
+           "launches per step\n",
+           off_dev, with_auto ? " and with the partitioner's choice (auto)" : "");
+  char b1[48], b2[48];
   for (int m = 0; m < n_res; m++) {
     const batch_result_t *r = &res[m];
     printf("\n%s (%.1fM params)%s%s\n", r->preset, params_millions(&r->cfg),
            offload ? ", device " : "", offload ? r->device : "");
-    printf("%6s %6s %12s %7s", "batch", "steps", "CPU t/s", "vs B=1");
-    if (offload)
-      printf("  %10s %17s %7s  %10s %17s %8s", "all t/s", "ms/step", "vs CPU", "auto t/s",
-             "ms/step", "launches");
+    printf("%6s %6s %11s %7s", "batch", "steps", "CPU t/s", "vs B=1");
+    if (offload) printf("  %9s %24s %8s %7s", "all t/s", "ms/step", "launches", "vs CPU");
+    if (offload && with_auto) printf("  %9s %24s %8s", "auto t/s", "ms/step", "launches");
     printf("\n");
     for (int i = 0; i < r->n_rows; i++) {
       const batch_row_t *w = &r->rows[i];
-      printf("%6d %6d %12.1f %6.2fx", w->batch, w->steps, w->cpu_tps,
+      printf("%6d %6d %11.1f %6.2fx", w->batch, w->steps, w->cpu_tps,
              r->rows[0].cpu_tps > 0 ? w->cpu_tps / r->rows[0].cpu_tps : 0.0);
-      if (offload) {
-        char a[32], b[32], l[24];
-        snprintf(a, sizeof a, "%.1f + %.1f", w->all_host_s * 1e3, w->all_board_s * 1e3);
-        snprintf(b, sizeof b, "%.1f + %.1f", w->auto_host_s * 1e3, w->auto_board_s * 1e3);
-        snprintf(l, sizeof l, "%.0f/%.0f", w->auto_launches, w->all_launches);
-        printf("  %10.1f %17s %6.2fx  %10.1f %17s %8s", w->all_tps, a,
-               w->cpu_tps > 0 ? w->all_tps / w->cpu_tps : 0.0, w->auto_tps, b, l);
-      }
+      if (offload)
+        printf("  %9.1f %24s %8.0f %6.2fx", w->all_tps,
+               ms_split(b1, sizeof b1, w->all_host_s, w->all_board_s, w->all_cycles_s),
+               w->all_launches, w->cpu_tps > 0 ? w->all_tps / w->cpu_tps : 0.0);
+      if (offload && with_auto)
+        printf("  %9.1f %24s %8.0f", w->auto_tps,
+               ms_split(b2, sizeof b2, w->auto_host_s, w->auto_board_s, w->auto_cycles_s),
+               w->auto_launches);
       printf("\n");
     }
-    if (offload) {
-      const int all = batch_overtake(r, false);
-      const int32_t last = r->rows[r->n_rows - 1].batch;
-      if (all < 0)
-        printf("%s: the device (all matmuls) does not overtake the CPU: none up to %d\n",
-               r->preset, last);
-      else if (all == 0)
-        printf("%s: the device (all matmuls) is ahead of the CPU from batch %d on\n", r->preset,
+    for (int pol = 0; offload && pol < (with_auto ? 2 : 1); pol++) {
+      const int at = batch_overtake(r, pol == 1);
+      const char *what = pol ? "auto policy" : "all matmuls";
+      if (at < 0)
+        printf("%s: the device (%s) does not overtake the CPU: none up to %d\n", r->preset,
+               what, r->rows[r->n_rows - 1].batch);
+      else if (at == 0)
+        printf("%s: the device (%s) is ahead of the CPU from batch %d on\n", r->preset, what,
                r->rows[0].batch);
       else
-        printf("%s: the device (all matmuls) overtakes the CPU at batch %d\n", r->preset,
-               r->rows[all].batch);
+        printf("%s: the device (%s) overtakes the CPU at batch %d\n", r->preset, what,
+               r->rows[at].batch);
     }
   }
-  if (offload)
-    printf("\nlaunches: device launches per decode step, auto/all (all = every matmul group)\n");
 }
 
 /* `tessera bench --batch`: the sweep over `batches` for every model of
  * `models`. */
 static int bench_batch(const int32_t *batches, int n_batches, const char *models,
-                       const char *dir, const char *off_dev, int threads, int reps,
-                       int32_t n_prompt, int32_t n_decode, bool json) {
+                       const char *dir, const char *off_dev, bool with_auto, int threads,
+                       int reps, int32_t n_prompt, int32_t n_decode, bool json) {
   const char *cmd = "bench";
   const bool offload = strcmp(off_dev, "none") != 0;
   batch_result_t res[8];
@@ -589,19 +622,22 @@ static int bench_batch(const int32_t *batches, int n_batches, const char *models
     r->n_rows = n_batches;
     for (int i = 0; i < n_batches; i++) r->rows[i].batch = batches[i];
     if (!json) fprintf(stderr, "tessera bench: %s, batches on the CPU\n", tok);
-    s = batch_engine(RUN_CPU, NULL, threads, path, reps, n_prompt, n_decode, 4, r);
+    s = batch_engine(RUN_CPU, NULL, threads, path, reps, n_prompt, n_decode, 2, r);
     if (!s && offload) {
       offload_spec(off_dev, &r->cfg, r->device, sizeof r->device);
-      if (!json) fprintf(stderr, "tessera bench: %s, batches on %s (all, auto)\n", tok, r->device);
-      s = batch_engine(RUN_ALL, r->device, threads, path, reps, n_prompt, n_decode, 4, r);
-      if (!s) s = batch_engine(RUN_AUTO, r->device, threads, path, reps, n_prompt, n_decode, 4, r);
+      if (!json)
+        fprintf(stderr, "tessera bench: %s, batches on %s (%s)\n", tok, r->device,
+                with_auto ? "offload all, then auto" : "offload all");
+      s = batch_engine(RUN_ALL, r->device, threads, path, reps, n_prompt, n_decode, 2, r);
+      if (!s && with_auto)
+        s = batch_engine(RUN_AUTO, r->device, threads, path, reps, n_prompt, n_decode, 2, r);
     }
     if (!s) n_res++;
   }
   free(list);
   if (s) return cli_fail(cmd, s);
-  if (json) batch_print_json(res, n_res, reps, n_prompt, offload);
-  else batch_print_table(res, n_res, reps, n_prompt, off_dev, offload);
+  if (json) batch_print_json(res, n_res, reps, n_prompt, offload, with_auto);
+  else batch_print_table(res, n_res, reps, n_prompt, off_dev, offload, with_auto);
   return 0;
 }
 
@@ -609,7 +645,7 @@ int tsr_cmd_bench(int argc, char **argv) {
   const char *cmd = "bench";
   const char *models = "stories15M,stories110M", *dir = "build/bench", *off_dev = "fmodel";
   bool json = false, kernels = true, run_models = true, only_kernels = false;
-  bool models_set = false, prompt_set = false, decode_set = false;
+  bool models_set = false, prompt_set = false, decode_set = false, with_auto = false;
   int64_t reps = 5, n_prompt = 128, n_decode = 64, threads = 0;
   int32_t batches[BATCH_MAX_SIZES];
   int n_batches = 0;
@@ -626,6 +662,8 @@ int tsr_cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--batch")) {
       if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_batch_list(v, batches, &n_batches))
         return 2;
+    } else if (!strcmp(a, "--auto")) {
+      with_auto = true;
     } else if (!strcmp(a, "--no-kernels")) {
       kernels = false;
     } else if (!strcmp(a, "--models")) {
@@ -663,8 +701,13 @@ int tsr_cmd_bench(int argc, char **argv) {
       return 2;
     }
     return bench_batch(batches, n_batches, models_set ? models : "stories110M,large", dir,
-                       off_dev, (int)threads, (int)reps, prompt_set ? (int32_t)n_prompt : 16,
-                       decode_set ? (int32_t)n_decode : 24, json);
+                       off_dev, with_auto, (int)threads, (int)reps,
+                       prompt_set ? (int32_t)n_prompt : BATCH_PROMPT,
+                       decode_set ? (int32_t)n_decode : BATCH_DECODE, json);
+  }
+  if (with_auto) {
+    fprintf(stderr, "tessera bench: --auto goes with --batch\n");
+    return 2;
   }
   if (!strcmp(models, "none")) run_models = false;
 
