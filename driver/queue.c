@@ -117,6 +117,15 @@ void tsr_queue_fail(tsr_queue_t *q, uint64_t fence, tsr_status_t err) {
   tsr_status_free(err);
 }
 
+void tsr_queue_abort(tsr_queue_t *q, uint64_t fence) {
+  tsr_queue_cmd_t *c = tsr_queue_cmd(q, fence);
+  if (!c || finished(c->state)) return;
+  c->state = TSR_QUEUE_ABORTED;
+  release(q, c);
+  advance_head(q);
+  pthread_cond_broadcast(&q->cv_done);
+}
+
 /* Forgets finished commands beyond the last TSR_QUEUE_KEEP_DONE, so a long
  * run does not grow without bound. Only commands before `head` go. */
 static void compact(tsr_queue_t *q) {

@@ -157,6 +157,9 @@ void tsr_queue_complete(tsr_queue_t *q, uint64_t fence, const tsr_hal_result_t *
 /* Command `fence` finished with an error that wait() reports (consumes
  * `err`). */
 void tsr_queue_fail(tsr_queue_t *q, uint64_t fence, tsr_status_t err);
+/* Command `fence` is abandoned: wait() reports it aborted by a reset (for a
+ * reset hook that settles some commands itself). Releases its priv. */
+void tsr_queue_abort(tsr_queue_t *q, uint64_t fence);
 
 /* ---- worker backends ----------------------------------------------------- */
 

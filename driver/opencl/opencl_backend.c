@@ -31,6 +31,12 @@
  * OpenCL cannot cancel enqueued work: reset() drains the queues and reports
  * the commands still outstanding at that moment as aborted.
  *
+ * Fences, completions, deadlines and reset go through the shared command
+ * queue (driver/queue.h); wait() polls the fence's event without blocking.
+ * Every call is safe from any thread: launches are enqueued under the
+ * queue's lock (they set arguments of shared kernel objects); copies use
+ * the OpenCL queue for copies, which OpenCL makes thread-safe.
+ *
  * Options ("opencl:key=value,..."):
  *   platform=N|TEXT  platform index, or the first whose name contains TEXT
  *                    (default: the first with a device; a Xilinx one if
@@ -87,6 +93,7 @@ static const cl_define_t regmap_defines[] = {
 
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
+#include "driver/queue.h"
 #include "base/status.h"
 
 #define OCL_NAME "opencl"
@@ -213,14 +220,11 @@ static tsr_status_t ocl_load(const char *path, ocl_api_t *api) {
 
 /* ---- the device ---------------------------------------------------------- */
 
-enum cmd_state { CMD_PENDING, CMD_DONE, CMD_ABORTED };
-
+/* What an enqueued launch holds (the queue entry's priv). */
 typedef struct ocl_cmd {
-  enum cmd_state state;
   cl_event done;       /* the status-block read; NULL once released      */
   uint32_t *regs;      /* status block and log, read back; freed at done */
   uint32_t n_desc;
-  tsr_hal_result_t res; /* valid in CMD_DONE                              */
 } ocl_cmd_t;
 
 typedef struct ocl_device {
@@ -243,8 +247,7 @@ typedef struct ocl_device {
   size_t wg, global;
   tsr_devmem_t *dm;
 
-  ocl_cmd_t **cmds; /* (n_cmds) fence f is cmds[f - 1] */
-  uint64_t n_cmds, cap_cmds;
+  tsr_queue_t queue; /* fences, completions, the lock for launches */
 
   /* options */
   char platform_opt[128], xclbin[512], kernel_name[64], source[512], loader[512];
@@ -253,6 +256,7 @@ typedef struct ocl_device {
 } ocl_device_t;
 
 static ocl_device_t *as_ocl(tsr_hal_device_t *d) { return (ocl_device_t *)d; }
+static const tsr_queue_ops_t ocl_queue_ops;
 static tsr_status_t ensure_log(ocl_device_t *dev, uint64_t steps);
 
 static void release_cmd(ocl_device_t *dev, ocl_cmd_t *c) {
@@ -269,10 +273,7 @@ static void ocl_close(tsr_hal_device_t *d) {
   if (cl->lib) {
     if (dev->q) cl->clFinish(dev->q);
     if (dev->xq) cl->clFinish(dev->xq);
-    for (uint64_t i = 0; i < dev->n_cmds; i++) {
-      release_cmd(dev, dev->cmds[i]);
-      free(dev->cmds[i]);
-    }
+    tsr_queue_destroy(&dev->queue); /* after clFinish: nothing writes into regs any more */
     if (dev->k_fetch) cl->clReleaseKernel(dev->k_fetch);
     if (dev->k_gemm) cl->clReleaseKernel(dev->k_gemm);
     if (dev->k_rtl) cl->clReleaseKernel(dev->k_rtl);
@@ -285,7 +286,6 @@ static void ocl_close(tsr_hal_device_t *d) {
     dlclose(cl->lib); /* RTLD_NODELETE: only drops the reference */
   }
   tsr_devmem_destroy(dev->dm);
-  free(dev->cmds);
   free(dev);
 }
 
@@ -676,6 +676,9 @@ static tsr_status_t ocl_open(const tsr_hal_open_params_t *params, tsr_hal_device
     if (!s) s = OCL_CALL(cl, clFinish, dev->q);
   }
   if (!s) s = tsr_devmem_create(dev->mem_base, dev->mem_size, &dev->dm);
+  tsr_queue_config_t qc = {.name = OCL_NAME, .ops = &ocl_queue_ops, .impl = dev,
+                           .poll_first_ns = 20000, .poll_max_ns = 250000};
+  if (!s) s = tsr_queue_init(&dev->queue, &qc);
   if (!s) {
     cl_uint cu = 1;
     cl->clGetDeviceInfo(dev->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
@@ -837,19 +840,12 @@ static tsr_status_t enqueue_launch(ocl_device_t *dev, const tsr_hal_command_t *c
   return TSR_OK;
 }
 
-static tsr_status_t ocl_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
-                               uint64_t *out_fence) {
-  ocl_device_t *dev = as_ocl(d);
+/* Queue hook: enqueues command `fence` (its kernels, then the read of the
+ * status block whose event is the fence). */
+static tsr_status_t ocl_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_queue_cmd_t *qc) {
+  ocl_device_t *dev = impl;
   ocl_api_t *cl = &dev->cl;
-  *out_fence = 0;
-  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "opencl: submit: NULL command");
-  if (dev->n_cmds == dev->cap_cmds) {
-    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
-    ocl_cmd_t **p = realloc(dev->cmds, cap * sizeof *p);
-    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "opencl: submit: out of host memory");
-    dev->cmds = p;
-    dev->cap_cmds = cap;
-  }
+  const tsr_hal_command_t *cmd = &qc->cmd;
   uint64_t steps = dev->xilinx ? 1 : launch_steps(dev, cmd);
   if (!dev->xilinx) TSR_RETURN_IF(ensure_log(dev, steps));
   size_t block = (size_t)(TSR_CL_LOG + steps * TSR_CL_LOG_ENTRY);
@@ -879,8 +875,8 @@ static tsr_status_t ocl_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
     free(c);
     return tsr_status_annotate(s, "opencl: submit of %u descriptor(s)", cmd->n_desc);
   }
-  dev->cmds[dev->n_cmds++] = c;
-  *out_fence = dev->n_cmds;
+  qc->priv = c;
+  qc->state = TSR_QUEUE_STARTED;
   return TSR_OK;
 }
 
@@ -888,113 +884,117 @@ static tsr_status_t ocl_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
  * STATUS, ERR_INDEX, DESC_DONE, BYTES_WR and MACS come from the kernel; the
  * cycle and read counters are the analytic model's (kernel_model.h) for the
  * descriptors the log says ran, accounted as tsr_km_execute accounts them,
- * so they equal the cpu backend's. */
-static void finish_cmd(ocl_device_t *dev, ocl_cmd_t *c) {
-  memset(&c->res, 0, sizeof c->res);
+ * so they equal the fmodel backend's. */
+static void finish_cmd(ocl_device_t *dev, const ocl_cmd_t *c, tsr_hal_result_t *res) {
+  memset(res, 0, sizeof *res);
   if (dev->xilinx) {
-    c->res.desc_done = c->n_desc;
-  } else {
-    const uint8_t *r = (const uint8_t *)c->regs;
-    const tsr_km_timing_t *t = &dev->timing;
-    c->res.hw_status = tsr_get_le32(r + TSR_STAT_STATUS);
-    c->res.err_index = tsr_get_le32(r + TSR_STAT_ERR_INDEX);
-    c->res.desc_done = tsr_get_le32(r + TSR_STAT_DESC_DONE);
-    tsr_km_estimate_t e = {0};
-    uint32_t logged = c->res.desc_done + (c->res.hw_status != TSR_HWERR_OK);
-    if (c->res.hw_status == TSR_HWERR_RING_RANGE) logged = 0;
-    for (uint32_t i = 0; i < logged; i++) {
-      const uint8_t *le = r + TSR_CL_LOG + (size_t)i * TSR_CL_LOG_ENTRY;
-      switch (tsr_get_le32(le)) {
-        case TSR_CL_LOG_NOP:
-          tsr_km_estimate_nop(t, &e);
-          break;
-        case TSR_CL_LOG_GEMM:
-          tsr_km_estimate_gemm(t, tsr_get_le32(le + 4), tsr_get_le32(le + 8),
-                               tsr_get_le32(le + 12), &e);
-          break;
-        case TSR_CL_LOG_REFUSED: /* fetched (latency + decode), then stopped */
-          e.cycles += t->mem_latency + 8;
-          e.bytes_rd += TSR_HW_DESC_BYTES;
-          break;
-        case TSR_CL_LOG_FETCH_FAILED: /* the read itself answered DECERR */
-          e.cycles += t->mem_latency;
-          break;
-      }
-    }
-    c->res.cycles = e.cycles + tsr_km_launch_cycles(t);
-    c->res.stall_cycles = e.stall_cycles;
-    c->res.bytes_rd = e.bytes_rd;
-    c->res.bytes_wr = tsr_get_le64(r + TSR_STAT_BYTES_WR);
-    c->res.macs = tsr_get_le64(r + TSR_STAT_MACS);
+    res->desc_done = c->n_desc;
+    return;
   }
-  c->state = CMD_DONE;
-  release_cmd(dev, c);
+  const uint8_t *r = (const uint8_t *)c->regs;
+  const tsr_km_timing_t *t = &dev->timing;
+  res->hw_status = tsr_get_le32(r + TSR_STAT_STATUS);
+  res->err_index = tsr_get_le32(r + TSR_STAT_ERR_INDEX);
+  res->desc_done = tsr_get_le32(r + TSR_STAT_DESC_DONE);
+  tsr_km_estimate_t e = {0};
+  uint32_t logged = res->desc_done + (res->hw_status != TSR_HWERR_OK);
+  if (res->hw_status == TSR_HWERR_RING_RANGE) logged = 0;
+  for (uint32_t i = 0; i < logged; i++) {
+    const uint8_t *le = r + TSR_CL_LOG + (size_t)i * TSR_CL_LOG_ENTRY;
+    switch (tsr_get_le32(le)) {
+      case TSR_CL_LOG_NOP:
+        tsr_km_estimate_nop(t, &e);
+        break;
+      case TSR_CL_LOG_GEMM:
+        tsr_km_estimate_gemm(t, tsr_get_le32(le + 4), tsr_get_le32(le + 8),
+                             tsr_get_le32(le + 12), &e);
+        break;
+      case TSR_CL_LOG_REFUSED: /* fetched (latency + decode), then stopped */
+        e.cycles += t->mem_latency + 8;
+        e.bytes_rd += TSR_HW_DESC_BYTES;
+        break;
+      case TSR_CL_LOG_FETCH_FAILED: /* the read itself answered DECERR */
+        e.cycles += t->mem_latency;
+        break;
+    }
+  }
+  res->cycles = e.cycles + tsr_km_launch_cycles(t);
+  res->stall_cycles = e.stall_cycles;
+  res->bytes_rd = e.bytes_rd;
+  res->bytes_wr = tsr_get_le64(r + TSR_STAT_BYTES_WR);
+  res->macs = tsr_get_le64(r + TSR_STAT_MACS);
 }
 
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                        .tv_nsec = (long)(ns % 1000000000ull)};
-  nanosleep(&ts, NULL);
+/* Checks command `fence` once; completes it when its event has. *done
+ * tells whether it ended. */
+static tsr_status_t check_cmd(ocl_device_t *dev, tsr_queue_t *q, uint64_t fence, bool *done) {
+  *done = false;
+  tsr_queue_cmd_t *qc = tsr_queue_cmd(q, fence);
+  if (!qc || qc->state != TSR_QUEUE_STARTED || !qc->priv) return TSR_OK;
+  ocl_cmd_t *c = qc->priv;
+  cl_int st = CL_QUEUED;
+  TSR_RETURN_IF(OCL_CALL(&dev->cl, clGetEventInfo, c->done, CL_EVENT_COMMAND_EXECUTION_STATUS,
+                         sizeof st, &st, NULL));
+  if (st < 0) {
+    *done = true;
+    tsr_queue_fail(q, fence, TSR_ERR(DEVICE, "opencl: command %" PRIu64 " failed on the device: "
+                                     "%s (%d)", fence, cl_error_name(st), (int)st));
+    return TSR_OK;
+  }
+  if (st != CL_COMPLETE) return TSR_OK;
+  tsr_hal_result_t res;
+  finish_cmd(dev, c, &res);
+  release_cmd(dev, c);
+  *done = true;
+  tsr_queue_complete(q, fence, &res);
+  return TSR_OK;
+}
+
+/* Queue hook: one look at the fence's event (never blocks). */
+static tsr_status_t ocl_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_t budget_ns,
+                             bool *idle) {
+  bool done = false;
+  TSR_RETURN_IF_ERROR(check_cmd(impl, q, fence, &done), "opencl: command %" PRIu64, fence);
+  *idle = !done;
+  return TSR_OK;
+}
+
+/* Queue hook: commands whose event has completed keep their results; the
+ * queues are drained; the queue reports the rest as aborted. */
+static tsr_status_t ocl_reset_hook(void *impl, tsr_queue_t *q) {
+  ocl_device_t *dev = impl;
+  ocl_api_t *cl = &dev->cl;
+  for (uint64_t f = tsr_queue_oldest_pending(q); f && f <= tsr_queue_last_fence(q); f++) {
+    bool done = false;
+    tsr_status_free(check_cmd(dev, q, f, &done));
+  }
+  tsr_status_t s = OCL_CALL(cl, clFinish, dev->q);
+  return tsr_status_join(s, OCL_CALL(cl, clFinish, dev->xq));
+}
+
+static void ocl_release(void *impl, tsr_queue_cmd_t *qc) {
+  release_cmd(impl, qc->priv);
+  free(qc->priv);
+}
+
+static const tsr_queue_ops_t ocl_queue_ops = {
+    .start = ocl_start,
+    .poll = ocl_poll,
+    .reset = ocl_reset_hook,
+    .release = ocl_release,
+};
+
+static tsr_status_t ocl_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                               uint64_t *out_fence) {
+  return tsr_queue_submit(&as_ocl(d)->queue, cmd, out_fence);
 }
 
 static tsr_status_t ocl_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
                              tsr_hal_result_t *out) {
-  ocl_device_t *dev = as_ocl(d);
-  ocl_api_t *cl = &dev->cl;
-  if (out) memset(out, 0, sizeof *out);
-  if (fence == 0 || fence > dev->n_cmds)
-    return TSR_ERR(INVALID_ARGUMENT, "opencl: wait: fence %" PRIu64 " was never issued "
-                   "(last is %" PRIu64 ")", fence, dev->n_cmds);
-  ocl_cmd_t *c = dev->cmds[fence - 1];
-  if (c->state == CMD_PENDING) {
-    if (timeout_ns == UINT64_MAX) {
-      TSR_RETURN_IF_ERROR(OCL_CALL(cl, clWaitForEvents, 1, &c->done), "opencl: command %" PRIu64,
-                          fence);
-    } else {
-      uint64_t start = tsr_hal_now_ns(), nap = 20000;
-      for (;;) {
-        cl_int st = CL_QUEUED;
-        TSR_RETURN_IF(OCL_CALL(cl, clGetEventInfo, c->done, CL_EVENT_COMMAND_EXECUTION_STATUS,
-                               sizeof st, &st, NULL));
-        if (st == CL_COMPLETE) break;
-        if (st < 0)
-          return TSR_ERR(DEVICE, "opencl: command %" PRIu64 " failed on the device: %s (%d)",
-                         fence, cl_error_name(st), (int)st);
-        uint64_t el = tsr_hal_now_ns() - start;
-        if (el >= timeout_ns)
-          return TSR_ERR(DEADLINE_EXCEEDED, "opencl: command %" PRIu64 " not done after %" PRIu64
-                         " ns", fence, timeout_ns);
-        uint64_t left = timeout_ns - el;
-        sleep_ns(nap < left ? nap : left);
-        if (nap < 1000000) nap *= 2;
-      }
-    }
-    finish_cmd(dev, c);
-  }
-  if (c->state == CMD_ABORTED)
-    return TSR_ERR(DEVICE, "opencl: command %" PRIu64 " was aborted by a reset", fence);
-  if (out) *out = c->res;
-  return TSR_OK;
+  return tsr_queue_wait(&as_ocl(d)->queue, fence, timeout_ns, out);
 }
 
-static tsr_status_t ocl_reset(tsr_hal_device_t *d) {
-  ocl_device_t *dev = as_ocl(d);
-  ocl_api_t *cl = &dev->cl;
-  /* Commands not finished now are the outstanding work a reset abandons. */
-  for (uint64_t i = 0; i < dev->n_cmds; i++) {
-    ocl_cmd_t *c = dev->cmds[i];
-    if (c->state != CMD_PENDING) continue;
-    cl_int st = CL_QUEUED;
-    cl->clGetEventInfo(c->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-    if (st == CL_COMPLETE) continue;
-    c->state = CMD_ABORTED;
-  }
-  tsr_status_t s = OCL_CALL(cl, clFinish, dev->q);
-  s = tsr_status_join(s, OCL_CALL(cl, clFinish, dev->xq));
-  for (uint64_t i = 0; i < dev->n_cmds; i++)
-    if (dev->cmds[i]->state == CMD_ABORTED) release_cmd(dev, dev->cmds[i]);
-  return s;
-}
+static tsr_status_t ocl_reset(tsr_hal_device_t *d) { return tsr_queue_reset(&as_ocl(d)->queue); }
 
 const tsr_hal_vtable_t tsr_hal_opencl_vtable = {
     .name = OCL_NAME,

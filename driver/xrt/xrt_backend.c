@@ -18,12 +18,17 @@
  *          XRT, more wait for the oldest. A ring outside the window is
  *          answered on the host with RING_RANGE, exactly as the kernel's
  *          first check would, since XRT cannot pass such a pointer.
- * wait():  xrtRunWaitFor; after ap_done the kernel's STATUS, ERR_INDEX,
- *          DESC_DONE and counters are read with xrtKernelReadRegister when
- *          the CU is opened exclusively and readable. The status registers
- *          hold the last launch only, so on such a device launches are
- *          issued one at a time (inflight=1) to report every launch's
- *          status exactly.
+ * wait():  the shared command queue (driver/queue.h) polls: runs finish in
+ *          order, each with xrtRunWaitFor in slices of at most 1 ms (the
+ *          queue's lock is held only for a slice); after ap_done the
+ *          kernel's STATUS, ERR_INDEX, DESC_DONE and counters are read with
+ *          xrtKernelReadRegister when the CU is opened exclusively and
+ *          readable. The status registers hold the last launch only, so on
+ *          such a device launches are issued one at a time (inflight=1) to
+ *          report every launch's status exactly.
+ * Threads: every call is safe from any thread. Submits, polls and resets
+ *          are serialized by the queue's lock; a submit that must wait for
+ *          room in XRT (inflight) holds it until the oldest run ends.
  *
  * XRT's noop shim (used when no board is present) runs this whole host flow
  * but computes nothing and refuses register access: the device is named
@@ -53,6 +58,7 @@
 
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
+#include "driver/queue.h"
 #include "base/status.h"
 #include "tsr_xclbin.h"
 #include "xrt_api.h"
@@ -60,17 +66,13 @@
 
 #define XRT_NAME "xrt"
 
-enum cmd_state { CMD_STARTED, CMD_DONE, CMD_FAILED, CMD_ABORTED };
-
-typedef struct xrt_cmd {
-  tsr_hal_command_t cmd;
-  enum cmd_state state;
-  int ert_state;          /* last state XRT reported                     */
+/* What a started command holds in XRT (the queue entry's priv). */
+typedef struct xrt_run {
   tsr_xrt_run_h run;      /* NULL once finished                          */
   tsr_xrt_bo_h win_bo;    /* sub-buffer for MEM_BASE (NULL: the arena)   */
   tsr_xrt_bo_h ring_bo;   /* sub-buffer for RING                         */
-  tsr_hal_result_t res;
-} xrt_cmd_t;
+  bool counted;           /* counted in in_flight                        */
+} xrt_run_t;
 
 typedef struct xrt_device {
   tsr_hal_device_t base; /* must be first */
@@ -96,9 +98,7 @@ typedef struct xrt_device {
   uint32_t opt_inflight;
   bool opt_probe;
   tsr_xclbin_ctrl_t opt_mode;
-  /* commands: fence f is cmds[f - 1] */
-  xrt_cmd_t *cmds;
-  uint64_t n_cmds, cap_cmds, oldest_open; /* first index that may be STARTED */
+  tsr_queue_t q; /* fences, completions, the lock */
 } xrt_device_t;
 
 static xrt_device_t *as_xrt(tsr_hal_device_t *d) { return (xrt_device_t *)d; }
@@ -145,13 +145,14 @@ static tsr_status_t parse_options(xrt_device_t *dev, const char *options) {
 
 /* ---- commands ----------------------------------------------------------- */
 
-static void release_run(xrt_device_t *dev, xrt_cmd_t *c) {
+static void release_run(xrt_device_t *dev, xrt_run_t *r) {
   const tsr_xrt_api_t *x = dev->x;
-  if (c->run) x->runClose(c->run);
-  if (c->ring_bo) x->boFree(c->ring_bo);
-  if (c->win_bo) x->boFree(c->win_bo);
-  c->run = c->ring_bo = c->win_bo = NULL;
-  if (dev->in_flight) dev->in_flight--;
+  if (r->run) x->runClose(r->run);
+  if (r->ring_bo) x->boFree(r->ring_bo);
+  if (r->win_bo) x->boFree(r->win_bo);
+  r->run = r->ring_bo = r->win_bo = NULL;
+  if (r->counted && dev->in_flight) dev->in_flight--;
+  r->counted = false;
 }
 
 static uint64_t read_reg64(xrt_device_t *dev, uint32_t off, int *rc) {
@@ -197,86 +198,62 @@ static const char *ert_name(int s) {
   }
 }
 
-/* Waits for command `idx` (STARTED) up to `timeout_ns` (UINT64_MAX =
- * forever, 0 = poll) and records its outcome. */
-static tsr_status_t finish_cmd(xrt_device_t *dev, uint64_t idx, uint64_t timeout_ns) {
-  xrt_cmd_t *c = &dev->cmds[idx];
-  if (c->state != CMD_STARTED) return TSR_OK;
+/* Waits for command `fence` (STARTED) up to `timeout_ms` (0 = poll only)
+ * and records its outcome in the queue. *done tells whether it ended. */
+static tsr_status_t finish_run(xrt_device_t *dev, uint64_t fence, unsigned timeout_ms,
+                               bool *done) {
+  *done = true;
+  tsr_queue_cmd_t *c = tsr_queue_cmd(&dev->q, fence);
+  if (!c || c->state != TSR_QUEUE_STARTED || !c->priv) return TSR_OK;
+  xrt_run_t *r = c->priv;
   const tsr_xrt_api_t *x = dev->x;
-  int st;
-  if (timeout_ns == UINT64_MAX) {
-    st = x->runWait(c->run);
-  } else if (timeout_ns == 0) {
-    st = x->runState(c->run);
-  } else {
-    /* xrtRunWaitFor takes milliseconds, and 0 means forever. */
-    uint64_t ms = (timeout_ns + 999999) / 1000000;
-    if (ms > 0xFFFFFFFEull) ms = 0xFFFFFFFEull;
-    st = x->runWaitFor(c->run, (unsigned)ms);
-  }
-  c->ert_state = st;
+  /* xrtRunWaitFor takes milliseconds, and 0 means forever. */
+  int st = timeout_ms ? x->runWaitFor(r->run, timeout_ms) : x->runState(r->run);
   if (st == TSR_ERT_COMPLETED) {
-    tsr_status_t s = read_result(dev, &c->res);
-    release_run(dev, c);
-    c->state = s ? CMD_FAILED : CMD_DONE;
-    return s ? tsr_status_annotate(s, "xrt: command %" PRIu64, idx + 1) : TSR_OK;
+    tsr_hal_result_t res;
+    tsr_status_t s = read_result(dev, &res);
+    release_run(dev, r);
+    if (s) tsr_queue_fail(&dev->q, fence, tsr_status_annotate(s, "xrt: command %" PRIu64, fence));
+    else tsr_queue_complete(&dev->q, fence, &res);
+    return TSR_OK;
   }
   if (st == TSR_ERT_ERROR || st == TSR_ERT_ABORT || st == TSR_ERT_TIMEOUT ||
       st == TSR_ERT_NORESPONSE || st <= 0 || st > 11) {
-    release_run(dev, c);
-    c->state = CMD_FAILED;
-    return TSR_ERR(DEVICE, "xrt: command %" PRIu64 " ended in XRT state %d (%s)", idx + 1, st,
-                   ert_name(st));
+    release_run(dev, r);
+    tsr_queue_fail(&dev->q, fence, TSR_ERR(DEVICE, "xrt: command %" PRIu64 " ended in XRT "
+                                           "state %d (%s)", fence, st, ert_name(st)));
+    return TSR_OK;
   }
-  return TSR_ERR(DEADLINE_EXCEEDED, "xrt: command %" PRIu64 " not done after %" PRIu64
-                 " ns (XRT state %s)", idx + 1, timeout_ns, ert_name(st));
+  *done = false;
+  c->aux[0] = (uint64_t)st; /* for the deadline message */
+  return TSR_OK;
 }
 
-static void advance_oldest(xrt_device_t *dev) {
-  while (dev->oldest_open < dev->n_cmds && dev->cmds[dev->oldest_open].state != CMD_STARTED)
-    dev->oldest_open++;
-}
-
-static tsr_status_t xrt_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
-                               uint64_t *out_fence) {
-  xrt_device_t *dev = as_xrt(d);
+/* Queue hook: starts command `fence` as an XRT run. */
+static tsr_status_t xrt_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_queue_cmd_t *c) {
+  xrt_device_t *dev = impl;
   const tsr_xrt_api_t *x = dev->x;
-  *out_fence = 0;
-  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "xrt: submit: NULL command");
+  const tsr_hal_command_t *cmd = &c->cmd;
   if (!tsr_km_inside(cmd->window_base, cmd->window_size, dev->mem_base, dev->mem_size) ||
       cmd->window_size == 0)
     return TSR_ERR(OUT_OF_RANGE, "xrt: submit: window [0x%" PRIx64 ", +0x%" PRIx64 ") is empty "
                    "or not inside device memory [0x%" PRIx64 ", +0x%" PRIx64 ")",
                    cmd->window_base, cmd->window_size, dev->mem_base, dev->mem_size);
-  /* Keep at most inflight_max runs in XRT: finish the oldest first. */
+  /* Keep at most inflight_max runs in XRT: finish the oldest first (its
+   * outcome is what a wait for that fence reports). */
   while (dev->in_flight >= dev->inflight_max) {
-    advance_oldest(dev);
-    if (dev->oldest_open >= dev->n_cmds) break;
-    tsr_status_t s = finish_cmd(dev, dev->oldest_open, UINT64_MAX);
-    /* Its error is reported again to whoever waits for that fence. */
-    tsr_status_free(s);
+    uint64_t oldest = tsr_queue_oldest_pending(q);
+    if (!oldest || oldest == fence) break;
+    bool done = false;
+    TSR_RETURN_IF(finish_run(dev, oldest, 0xFFFFFFFEu, &done));
   }
-  if (dev->n_cmds == dev->cap_cmds) {
-    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
-    xrt_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
-    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "xrt: submit: out of host memory");
-    dev->cmds = p;
-    dev->cap_cmds = cap;
-  }
-  xrt_cmd_t *c = &dev->cmds[dev->n_cmds];
-  memset(c, 0, sizeof *c);
-  c->cmd = *cmd;
-  uint64_t fence = dev->n_cmds + 1;
-
   /* The kernel's first check (kernel_model.h: RING_RANGE), answered here
    * because XRT can only pass pointers into buffers it knows. */
   uint64_t ring_len = (uint64_t)cmd->n_desc * TSR_HW_DESC_BYTES;
   if (cmd->ring % TSR_HW_DESC_BYTES ||
       !tsr_km_inside(cmd->ring, ring_len, cmd->window_base, cmd->window_size)) {
-    c->state = CMD_DONE;
-    c->res.hw_status = TSR_HWERR_RING_RANGE;
-    dev->n_cmds++;
-    *out_fence = fence;
+    tsr_hal_result_t res = {.hw_status = TSR_HWERR_RING_RANGE};
+    tsr_queue_complete(q, fence, &res);
     return TSR_OK;
   }
   uint64_t win_off = cmd->window_base - dev->mem_base;
@@ -284,18 +261,19 @@ static tsr_status_t xrt_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   uint64_t ring_bo_len = ring_len ? ring_len : TSR_HW_DESC_BYTES;
   if (ring_bo_len > dev->mem_size - ring_off) ring_bo_len = dev->mem_size - ring_off;
   if (ring_bo_len == 0) { /* N_DESC 0 at the very end: nothing to run */
-    c->state = CMD_DONE;
-    dev->n_cmds++;
-    *out_fence = fence;
+    tsr_queue_complete(q, fence, NULL);
     return TSR_OK;
   }
+  xrt_run_t *r = calloc(1, sizeof *r);
+  if (!r) return TSR_ERR(RESOURCE_EXHAUSTED, "xrt: submit: out of host memory");
+  c->priv = r; /* released by the queue (xrt_release) if this fails */
   tsr_status_t s = TSR_OK;
   bool whole = win_off == 0 && cmd->window_size == dev->mem_size;
-  if (!whole && !(c->win_bo = x->boSubAlloc(dev->arena, cmd->window_size, win_off)))
+  if (!whole && !(r->win_bo = x->boSubAlloc(dev->arena, cmd->window_size, win_off)))
     s = tsr_xrt_status(errno, "xrt: submit: xrtBOSubAlloc for the window");
-  if (!s && !(c->ring_bo = x->boSubAlloc(dev->arena, ring_bo_len, ring_off)))
+  if (!s && !(r->ring_bo = x->boSubAlloc(dev->arena, ring_bo_len, ring_off)))
     s = tsr_xrt_status(errno, "xrt: submit: xrtBOSubAlloc for the ring");
-  if (!s && !(c->run = x->runOpen(dev->kernel)))
+  if (!s && !(r->run = x->runOpen(dev->kernel)))
     s = tsr_xrt_status(errno, "xrt: submit: xrtRunOpen");
   /* Arguments in the order of the TSR_ARG rows. Scalars are passed as
    * 64-bit values: XRT reads scalar varargs as size_t. */
@@ -305,16 +283,16 @@ static tsr_status_t xrt_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
     int rc;
     switch (ra[i].offset) {
       case TSR_ARG_MEM_BASE:
-        rc = x->runSetArg(c->run, (int)i, c->win_bo ? c->win_bo : dev->arena);
+        rc = x->runSetArg(r->run, (int)i, r->win_bo ? r->win_bo : dev->arena);
         break;
       case TSR_ARG_MEM_SIZE:
-        rc = x->runSetArg(c->run, (int)i, (uint64_t)cmd->window_size);
+        rc = x->runSetArg(r->run, (int)i, (uint64_t)cmd->window_size);
         break;
       case TSR_ARG_RING:
-        rc = x->runSetArg(c->run, (int)i, c->ring_bo);
+        rc = x->runSetArg(r->run, (int)i, r->ring_bo);
         break;
       case TSR_ARG_N_DESC:
-        rc = x->runSetArg(c->run, (int)i, (uint64_t)cmd->n_desc);
+        rc = x->runSetArg(r->run, (int)i, (uint64_t)cmd->n_desc);
         break;
       default:
         s = TSR_ERR(INTERNAL, "xrt: hw/regmap.def argument '%s' has no value in this "
@@ -324,76 +302,85 @@ static tsr_status_t xrt_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
     if (rc) s = tsr_xrt_status(rc, "xrt: submit: xrtRunSetArg(%zu, %s)", i, ra[i].name);
   }
   if (!s) {
-    int rc = x->runStart(c->run);
+    int rc = x->runStart(r->run);
     if (rc) s = tsr_xrt_status(rc, "xrt: submit: xrtRunStart");
   }
-  if (s) {
-    dev->in_flight++; /* release_run() decrements */
-    release_run(dev, c);
-    return s;
-  }
-  c->state = CMD_STARTED;
+  if (s) return s;
+  c->state = TSR_QUEUE_STARTED;
+  r->counted = true;
   dev->in_flight++;
-  dev->n_cmds++;
-  *out_fence = fence;
   return TSR_OK;
+}
+
+/* Queue hook: runs of one CU finish in order, so finishing earlier ones
+ * first keeps their results (and the registers they are read from) in
+ * step; each poll waits at most 1 ms in XRT. */
+static tsr_status_t xrt_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_t budget_ns,
+                             bool *idle) {
+  xrt_device_t *dev = impl;
+  uint64_t f = tsr_queue_oldest_pending(q);
+  if (!f || f > fence) {
+    *idle = true;
+    return TSR_OK;
+  }
+  bool done = false;
+  TSR_RETURN_IF(finish_run(dev, f, budget_ns >= 1000000 ? 1 : 0, &done));
+  *idle = !done && budget_ns < 1000000; /* a 1 ms wait in XRT was the pause */
+  return TSR_OK;
+}
+
+static void xrt_note(void *impl, tsr_queue_t *q, uint64_t fence, char *buf, size_t cap) {
+  const tsr_queue_cmd_t *c = tsr_queue_cmd(q, fence);
+  if (c && c->state == TSR_QUEUE_STARTED && c->aux[0])
+    snprintf(buf, cap, " (XRT state %s)", ert_name((int)c->aux[0]));
+}
+
+/* Queue hook: XRT's C API cannot abort a run: let queued runs drain
+ * (bounded), then forget them (the queue reports them aborted). A run that
+ * never completes means a hung kernel. */
+static tsr_status_t xrt_reset_hook(void *impl, tsr_queue_t *q) {
+  xrt_device_t *dev = impl;
+  tsr_status_t first = TSR_OK;
+  for (uint64_t f = tsr_queue_oldest_pending(q); f && f <= tsr_queue_last_fence(q); f++) {
+    tsr_queue_cmd_t *c = tsr_queue_cmd(q, f);
+    if (!c || c->state != TSR_QUEUE_STARTED || !c->priv) continue;
+    xrt_run_t *r = c->priv;
+    int st = dev->x->runWaitFor(r->run, 5000);
+    if (st != TSR_ERT_COMPLETED && st != TSR_ERT_ERROR && st != TSR_ERT_ABORT) {
+      first = tsr_status_join(first, TSR_ERR(DEADLINE_EXCEEDED, "xrt: reset: command %" PRIu64
+                                             " does not finish (XRT state %s); reload the "
+                                             "xclbin", f, ert_name(st)));
+      continue;
+    }
+    tsr_queue_abort(q, f);
+  }
+  return first;
+}
+
+static void xrt_release(void *impl, tsr_queue_cmd_t *c) {
+  release_run(impl, c->priv);
+  free(c->priv);
+}
+
+static const tsr_queue_ops_t xrt_queue_ops = {
+    .start = xrt_start,
+    .poll = xrt_poll,
+    .reset = xrt_reset_hook,
+    .release = xrt_release,
+    .pending_note = xrt_note,
+};
+
+static tsr_status_t xrt_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                               uint64_t *out_fence) {
+  return tsr_queue_submit(&as_xrt(d)->q, cmd, out_fence);
 }
 
 static tsr_status_t xrt_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
                              tsr_hal_result_t *out) {
-  xrt_device_t *dev = as_xrt(d);
-  if (out) memset(out, 0, sizeof *out);
-  if (fence == 0 || fence > dev->n_cmds)
-    return TSR_ERR(INVALID_ARGUMENT, "xrt: wait: fence %" PRIu64 " was never issued (last is %"
-                   PRIu64 ")", fence, dev->n_cmds);
-  xrt_cmd_t *c = &dev->cmds[fence - 1];
-  /* Runs of one CU finish in order: finishing earlier ones first keeps
-   * their results (and the registers they are read from) in step. */
-  uint64_t deadline = timeout_ns == UINT64_MAX ? UINT64_MAX : tsr_hal_now_ns() + timeout_ns;
-  for (uint64_t i = dev->oldest_open; i < fence - 1; i++) {
-    if (dev->cmds[i].state != CMD_STARTED) continue;
-    uint64_t now = tsr_hal_now_ns();
-    uint64_t left = deadline == UINT64_MAX ? UINT64_MAX : deadline > now ? deadline - now : 0;
-    tsr_status_t s = finish_cmd(dev, i, left);
-    if (s && tsr_status_code(s) == TSR_STATUS_DEADLINE_EXCEEDED)
-      return tsr_status_annotate(s, "xrt: wait for command %" PRIu64, fence);
-    tsr_status_free(s);
-  }
-  if (c->state == CMD_STARTED) {
-    uint64_t now = tsr_hal_now_ns();
-    uint64_t left = deadline == UINT64_MAX ? UINT64_MAX : deadline > now ? deadline - now : 0;
-    TSR_RETURN_IF(finish_cmd(dev, fence - 1, left));
-  }
-  advance_oldest(dev);
-  if (c->state == CMD_ABORTED)
-    return TSR_ERR(DEVICE, "xrt: command %" PRIu64 " was abandoned by a reset", fence);
-  if (c->state == CMD_FAILED)
-    return TSR_ERR(DEVICE, "xrt: command %" PRIu64 " failed (XRT state %s)", fence,
-                   ert_name(c->ert_state));
-  if (out) *out = c->res;
-  return TSR_OK;
+  return tsr_queue_wait(&as_xrt(d)->q, fence, timeout_ns, out);
 }
 
-static tsr_status_t xrt_reset(tsr_hal_device_t *d) {
-  xrt_device_t *dev = as_xrt(d);
-  /* XRT's C API cannot abort a run: let queued runs drain (bounded), then
-   * forget them. A run that never completes means a hung kernel. */
-  tsr_status_t first = TSR_OK;
-  for (uint64_t i = dev->oldest_open; i < dev->n_cmds; i++) {
-    xrt_cmd_t *c = &dev->cmds[i];
-    if (c->state != CMD_STARTED) continue;
-    tsr_status_t s = finish_cmd(dev, i, 5000000000ull);
-    if (s && tsr_status_code(s) == TSR_STATUS_DEADLINE_EXCEEDED) {
-      first = tsr_status_join(first, tsr_status_annotate(s, "xrt: reset: the kernel does not "
-                                                         "finish; reload the xclbin"));
-      continue;
-    }
-    tsr_status_free(s);
-    c->state = CMD_ABORTED;
-  }
-  advance_oldest(dev);
-  return first;
-}
+static tsr_status_t xrt_reset(tsr_hal_device_t *d) { return tsr_queue_reset(&as_xrt(d)->q); }
 
 /* ---- memory ------------------------------------------------------------- */
 
@@ -441,19 +428,23 @@ static tsr_status_t xrt_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, u
 static void xrt_close(tsr_hal_device_t *d) {
   xrt_device_t *dev = as_xrt(d);
   if (!dev) return;
-  if (dev->x) {
+  if (dev->x && dev->q.ready) {
     /* Runs must be finished before their buffers and the kernel go. */
-    for (uint64_t i = dev->oldest_open; i < dev->n_cmds; i++)
-      if (dev->cmds[i].state == CMD_STARTED) {
-        tsr_status_free(finish_cmd(dev, i, 5000000000ull));
-        if (dev->cmds[i].state == CMD_STARTED) release_run(dev, &dev->cmds[i]);
-      }
+    tsr_queue_lock(&dev->q);
+    for (uint64_t f = tsr_queue_oldest_pending(&dev->q); f && f <= tsr_queue_last_fence(&dev->q);
+         f++) {
+      bool done = false;
+      tsr_status_free(finish_run(dev, f, 5000, &done));
+    }
+    tsr_queue_unlock(&dev->q);
+  }
+  tsr_queue_destroy(&dev->q); /* releases the runs left */
+  if (dev->x) {
     if (dev->arena) dev->x->boFree(dev->arena);
     if (dev->kernel) dev->x->kernelClose(dev->kernel);
     if (dev->dev) dev->x->deviceClose(dev->dev);
   }
   tsr_devmem_destroy(dev->dm);
-  free(dev->cmds);
   free(dev);
 }
 
@@ -600,6 +591,8 @@ static tsr_status_t xrt_open(const tsr_hal_open_params_t *params, tsr_hal_device
   dev->rows = dev->cols = 16;
   tsr_status_t s = parse_options(dev, params ? params->options : NULL);
   if (!s) s = tsr_xrt_api_get(&dev->x);
+  tsr_queue_config_t qc = {.name = XRT_NAME, .ops = &xrt_queue_ops, .impl = dev};
+  if (!s) s = tsr_queue_init(&dev->q, &qc);
   if (!s) s = open_device(dev, (unsigned)index);
   if (s) {
     xrt_close(&dev->base);
@@ -640,7 +633,13 @@ bool tsr_xrt_device_computes(tsr_hal_device_t *d) { return as_xrt(d)->computes; 
 
 const char *tsr_xrt_device_xclbin(tsr_hal_device_t *d) { return as_xrt(d)->xclbin; }
 
-uint32_t tsr_xrt_device_runs_in_flight(tsr_hal_device_t *d) { return as_xrt(d)->in_flight; }
+uint32_t tsr_xrt_device_runs_in_flight(tsr_hal_device_t *d) {
+  xrt_device_t *dev = as_xrt(d);
+  tsr_queue_lock(&dev->q);
+  uint32_t n = dev->in_flight;
+  tsr_queue_unlock(&dev->q);
+  return n;
+}
 
 const tsr_hal_vtable_t tsr_hal_xrt_vtable = {
     .name = XRT_NAME,
