@@ -96,26 +96,19 @@ static uint64_t offload_mem_bytes(const tsr_model_config_t *c) {
   return bytes > (256ull << 20) ? bytes : 256ull << 20;
 }
 
-/* `spec` with the options the sweep adds when the user did not give them:
- * memory for the model's weights (fmodel and sim), and all host threads
- * for fmodel's GEMMs (its cycles are modeled, the threads only shorten the
- * run). Only a single-entry spec is changed. */
+/* `spec` with room for the model's weights in device memory (fmodel and
+ * sim, unless the spec sets mem=), so that --offload all does put every
+ * matmul on the device. Only a single-entry spec is changed. */
 static void offload_spec(const char *spec, const tsr_model_config_t *c, char *out, size_t cap) {
   const char *colon = strchr(spec, ':');
   const size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
-  const bool fmodel = name_len == 6 && !strncmp(spec, "fmodel", 6);
-  const bool sim = name_len == 3 && !strncmp(spec, "sim", 3);
+  const bool sized = (name_len == 6 && !strncmp(spec, "fmodel", 6)) ||
+                     (name_len == 3 && !strncmp(spec, "sim", 3));
   const bool single = colon || !strchr(spec, ',');
   size_t len = (size_t)snprintf(out, cap, "%s", spec);
-  if (!single || !(fmodel || sim) || len >= cap) return;
-  char sep = colon ? ',' : ':';
-  if (!strstr(spec, "mem=")) {
-    len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%cmem=%" PRIu64 "M", sep,
-                            offload_mem_bytes(c) >> 20);
-    sep = ',';
-  }
-  if (fmodel && !strstr(spec, "threads=") && len < cap)
-    snprintf(out + len, cap - len, "%cthreads=0", sep);
+  if (single && sized && !strstr(spec, "mem=") && len < cap)
+    snprintf(out + len, cap - len, "%cmem=%" PRIu64 "M", colon ? ',' : ':',
+             offload_mem_bytes(c) >> 20);
 }
 
 typedef struct {
