@@ -249,8 +249,14 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
 #define BATCH_PROMPT 8  /* prompt tokens per sequence */
 #define BATCH_DECODE 32 /* decode steps per repetition at batch 1 */
 
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
 /* Parses --batch: comma-separated sizes in [1, BATCH_MAX], at most
- * BATCH_MAX_SIZES of them. Prints a message naming the entry on error. */
+ * BATCH_MAX_SIZES of them, into ascending order without repeats. Prints a
+ * message naming the entry on error. */
 static bool parse_batch_list(const char *s, int32_t *out, int *n_out) {
   int n = 0;
   const char *p = s;
@@ -285,7 +291,12 @@ static bool parse_batch_list(const char *s, int32_t *out, int *n_out) {
     if (!end) break;
     p = end + 1;
   }
-  *n_out = n;
+  /* ascending, each size once: the table reads as a sweep */
+  qsort(out, (size_t)n, sizeof *out, cmp_i32);
+  int u = 0;
+  for (int i = 0; i < n; i++)
+    if (!u || out[i] != out[u - 1]) out[u++] = out[i];
+  *n_out = u;
   return true;
 }
 
@@ -500,7 +511,7 @@ static void batch_print_json(const batch_result_t *res, int n_res, int reps, int
     for (int i = 0; i < r->n_rows; i++) {
       const batch_row_t *w = &r->rows[i];
       printf("%s\n        {\"batch\": %d, \"decode_steps\": %d, \"cpu_tok_s\": %.2f, "
-             "\"cpu_vs_batch1\": %.3f",
+             "\"cpu_vs_smallest_batch\": %.3f",
              i ? "," : "", w->batch, w->steps, w->cpu_tps,
              r->rows[0].cpu_tps > 0 ? w->cpu_tps / r->rows[0].cpu_tps : 0.0);
       if (offload)
@@ -553,7 +564,9 @@ static void batch_print_table(const batch_result_t *res, int n_res, int reps, in
     const batch_result_t *r = &res[m];
     printf("\n%s (%.1fM params)%s%s\n", r->preset, params_millions(&r->cfg),
            offload ? ", device " : "", offload ? r->device : "");
-    printf("%6s %6s %11s %7s", "batch", "steps", "CPU t/s", "vs B=1");
+    char first[16];
+    snprintf(first, sizeof first, "vs B=%d", r->rows[0].batch);
+    printf("%6s %6s %11s %7s", "batch", "steps", "CPU t/s", first);
     if (offload) printf("  %9s %24s %8s %7s", "all t/s", "ms/step", "launches", "vs CPU");
     if (offload && with_auto) printf("  %9s %24s %8s", "auto t/s", "ms/step", "launches");
     printf("\n");
