@@ -15,6 +15,13 @@
  * report no device) turns every later call into UNAVAILABLE; the process
  * never crashes because of it.
  *
+ * Fences, completions, deadlines and reset go through the shared command
+ * queue (driver/queue.h). The link is single-threaded, so every use of it
+ * (a copy, a RUN, a STATUS poll, a RESET) runs under the queue's lock:
+ * calls from several threads are safe and take turns on the bus; a long
+ * copy holds the bus (and the lock) until it is done, and a submit to a
+ * full board queue holds it while it waits for room.
+ *
  * Options ("usb:key=value,..."):
  *   vid=, pid=      board identity (default 0x1209:0x0001, the pid.codes
  *                   test pair; see TSR_USB_DEFAULT_VID/PID)
@@ -40,6 +47,7 @@
 
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
+#include "driver/queue.h"
 #include "base/status.h"
 #include "usb.h"
 #include "usb_link.h"
@@ -77,13 +85,8 @@ typedef struct usb_api {
   libusb_device *(*get_device)(libusb_device_handle *);
 } usb_api_t;
 
-enum cmd_state { CMD_SENT, CMD_DONE, CMD_ABORTED };
-
-typedef struct usb_cmd {
-  uint32_t tag; /* the board's launch tag */
-  enum cmd_state state;
-  tsr_hal_result_t res;
-} usb_cmd_t;
+/* A launch the board accepted keeps its tag in aux[0]. */
+#define TAG aux[0]
 
 typedef struct usb_xfer {
   struct usb_device *dev;
@@ -109,8 +112,7 @@ typedef struct usb_device {
   uint64_t vid, pid, chunk, window, timeout_ms, retries, poll_us;
   bool print_stats;
   uint8_t bus, addr;
-  usb_cmd_t *cmds; /* fence f is cmds[f - 1] */
-  uint64_t n_cmds, cap_cmds;
+  tsr_queue_t q; /* fences, completions, and the lock of the link */
 } usb_device_t;
 
 static usb_device_t *as_usb(tsr_hal_device_t *d) { return (usb_device_t *)d; }
@@ -325,9 +327,9 @@ static void usb_close(tsr_hal_device_t *d) {
   if (dev->h) dev->api.close(dev->h);
   if (dev->ctx) dev->api.exit(dev->ctx);
   if (dev->lib) dlclose(dev->lib);
+  tsr_queue_destroy(&dev->q);
   tsr_devmem_destroy(dev->dm);
   free(dev->batch);
-  free(dev->cmds);
   free(dev);
 }
 
@@ -438,6 +440,8 @@ static tsr_status_t hello(usb_device_t *dev, uint32_t nonce) {
   return TSR_OK;
 }
 
+static const tsr_queue_ops_t usb_queue_ops;
+
 static tsr_status_t usb_open_dev(usb_device_t *dev, const tsr_hal_open_params_t *params) {
   TSR_RETURN_IF(parse_options(dev, params ? params->options : NULL));
   TSR_RETURN_IF(load_api(dev));
@@ -474,7 +478,10 @@ static tsr_status_t usb_open_dev(usb_device_t *dev, const tsr_hal_open_params_t 
   TSR_RETURN_IF(tsr_usb_link_create(&cfg, &tr, &link));
   dev->link = link;
   TSR_RETURN_IF(hello(dev, nonce));
-  return tsr_devmem_create(dev->info.mem_base, dev->info.mem_size, &dev->dm);
+  TSR_RETURN_IF(tsr_devmem_create(dev->info.mem_base, dev->info.mem_size, &dev->dm));
+  tsr_queue_config_t qc = {.name = USB_NAME, .ops = &usb_queue_ops, .impl = dev,
+                           .poll_first_ns = dev->poll_us * 1000, .poll_max_ns = 2000000};
+  return tsr_queue_init(&dev->q, &qc);
 }
 
 static tsr_status_t usb_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
@@ -501,9 +508,11 @@ static tsr_status_t usb_open(const tsr_hal_open_params_t *params, tsr_hal_device
 static void usb_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   usb_device_t *dev = as_usb(d);
   memset(out, 0, sizeof *out);
+  tsr_queue_lock(&dev->q);
+  bool gone = tsr_usb_link_lost(dev->link);
+  tsr_queue_unlock(&dev->q);
   snprintf(out->name, sizeof out->name, "usb %03u:%03u (%s, %ux%u)%s", dev->bus, dev->addr,
-           dev->info.kind, dev->info.rows, dev->info.cols,
-           tsr_usb_link_lost(dev->link) ? " [gone]" : "");
+           dev->info.kind, dev->info.rows, dev->info.cols, gone ? " [gone]" : "");
   out->array_rows = dev->info.rows;
   out->array_cols = dev->info.cols;
   out->max_dim = TSR_HW_MAX_DIM;
@@ -518,6 +527,7 @@ static void usb_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 
+/* With the queue's lock held. */
 static tsr_status_t usable(usb_device_t *dev) {
   if (tsr_usb_link_lost(dev->link))
     return TSR_ERR(UNAVAILABLE, "usb: the board %03u:%03u is gone (unplugged)", dev->bus,
@@ -529,7 +539,10 @@ static tsr_status_t usb_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align
                               tsr_hal_buffer_t *out) {
   usb_device_t *dev = as_usb(d);
   memset(out, 0, sizeof *out);
-  TSR_RETURN_IF(usable(dev));
+  tsr_queue_lock(&dev->q);
+  tsr_status_t s = usable(dev);
+  tsr_queue_unlock(&dev->q);
+  if (s) return s;
   return tsr_devmem_buffer_alloc(dev->dm, USB_NAME, size, align, out);
 }
 
@@ -540,33 +553,46 @@ static void usb_free(tsr_hal_device_t *d, tsr_hal_buffer_t *buf) {
 static tsr_status_t usb_write(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
                               const void *src, size_t n) {
   usb_device_t *dev = as_usb(d);
-  TSR_RETURN_IF(usable(dev));
   TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, USB_NAME, buf, offset, n, "write"));
-  return mem_copy(dev, true, buf->addr + offset, (uint8_t *)(uintptr_t)src, n);
+  tsr_queue_lock(&dev->q);
+  tsr_status_t s = usable(dev);
+  if (!s) s = mem_copy(dev, true, buf->addr + offset, (uint8_t *)(uintptr_t)src, n);
+  tsr_queue_unlock(&dev->q);
+  return s;
 }
 
 static tsr_status_t usb_read(tsr_hal_device_t *d, const tsr_hal_buffer_t *buf, uint64_t offset,
                              void *dst, size_t n) {
   usb_device_t *dev = as_usb(d);
-  TSR_RETURN_IF(usable(dev));
   TSR_RETURN_IF(tsr_devmem_check_copy(dev->dm, USB_NAME, buf, offset, n, "read"));
-  return mem_copy(dev, false, buf->addr + offset, dst, n);
+  tsr_queue_lock(&dev->q);
+  tsr_status_t s = usable(dev);
+  if (!s) s = mem_copy(dev, false, buf->addr + offset, dst, n);
+  tsr_queue_unlock(&dev->q);
+  return s;
 }
 
-/* Asks the board about launch `fence`; updates its record. */
-static tsr_status_t poll_status(usb_device_t *dev, uint64_t fence) {
-  usb_cmd_t *c = &dev->cmds[fence - 1];
+/* Asks the board about launch `fence` and records what it says. *open
+ * tells whether the launch is still queued or running there. */
+static tsr_status_t poll_status(usb_device_t *dev, uint64_t fence, bool *open) {
+  *open = false;
+  tsr_queue_cmd_t *c = tsr_queue_cmd(&dev->q, fence);
+  if (!c || c->state != TSR_QUEUE_STARTED) return TSR_OK;
   uint8_t res[TSR_USB_RESULT_BYTES];
-  tsr_usb_req_t r = {.type = TSR_USB_T_STATUS, .arg0 = c->tag, .in = res, .in_cap = sizeof res};
+  tsr_usb_req_t r = {.type = TSR_USB_T_STATUS, .arg0 = (uint32_t)c->TAG, .in = res,
+                     .in_cap = sizeof res};
   TSR_RETURN_IF_ERROR(one(dev, &r), "usb: status of command %" PRIu64, fence);
   if (r.r_arg0 == TSR_USB_L_DONE) {
     if (r.r_len != TSR_USB_RESULT_BYTES)
       return TSR_ERR(DEVICE, "usb: STATUS answer has %" PRIu32 " bytes, expected %u", r.r_len,
                      TSR_USB_RESULT_BYTES);
-    tsr_usb_result_unpack(&c->res, res);
-    c->state = CMD_DONE;
+    tsr_hal_result_t hr;
+    tsr_usb_result_unpack(&hr, res);
+    tsr_queue_complete(&dev->q, fence, &hr);
   } else if (r.r_arg0 == TSR_USB_L_ABORTED) {
-    c->state = CMD_ABORTED;
+    tsr_queue_abort(&dev->q, fence);
+  } else {
+    *open = true;
   }
   return TSR_OK;
 }
@@ -576,43 +602,32 @@ static void sleep_us(uint64_t us) {
   nanosleep(&ts, NULL);
 }
 
-static tsr_status_t usb_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
-                               uint64_t *out_fence) {
-  usb_device_t *dev = as_usb(d);
-  *out_fence = 0;
+/* Queue hook: sends RUN. The board queues launches; when its queue is
+ * full, wait for the oldest open one and ask again (bounded: a board whose
+ * queue never drains, e.g. behind a hung kernel, ends in DEADLINE_EXCEEDED,
+ * not a hang here). */
+static tsr_status_t usb_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_queue_cmd_t *c) {
+  usb_device_t *dev = impl;
   TSR_RETURN_IF(usable(dev));
-  if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "usb: submit: NULL command");
-  if (dev->n_cmds == dev->cap_cmds) {
-    uint64_t cap = dev->cap_cmds ? dev->cap_cmds * 2 : 64;
-    usb_cmd_t *p = realloc(dev->cmds, cap * sizeof *p);
-    if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "usb: submit: out of host memory");
-    dev->cmds = p;
-    dev->cap_cmds = cap;
-  }
   uint8_t run[TSR_USB_RUN_BYTES];
-  tsr_usb_run_pack(run, cmd);
-  /* The board queues launches; when its queue is full, wait for the oldest
-   * open one and ask again (bounded: a board whose queue never drains, e.g.
-   * behind a hung kernel, ends in DEADLINE_EXCEEDED, not a hang here). */
+  tsr_usb_run_pack(run, &c->cmd);
   const uint64_t deadline = tsr_hal_now_ns() + USB_BUSY_WAIT_NS;
   uint64_t pause = dev->poll_us;
-  for (uint64_t oldest = 1;;) {
+  for (;;) {
     tsr_usb_req_t r = {.type = TSR_USB_T_RUN, .out = run, .out_len = sizeof run};
     TSR_RETURN_IF(run_reqs(dev, &r, 1, 0));
     if (!(r.r_flags & TSR_USB_F_ERR)) {
-      usb_cmd_t *c = &dev->cmds[dev->n_cmds++];
-      memset(c, 0, sizeof *c);
-      c->tag = r.r_arg0;
-      c->state = CMD_SENT;
-      *out_fence = dev->n_cmds;
+      c->TAG = r.r_arg0;
+      c->state = TSR_QUEUE_STARTED;
       return TSR_OK;
     }
     if (r.r_arg0 != TSR_USB_E_BUSY) return board_error(&r);
-    while (oldest <= dev->n_cmds && dev->cmds[oldest - 1].state != CMD_SENT) oldest++;
-    if (oldest > dev->n_cmds)
+    uint64_t oldest = tsr_queue_oldest_pending(q);
+    if (!oldest || oldest == fence)
       return TSR_ERR(DEVICE, "usb: board says its queue is full with nothing of ours queued");
-    TSR_RETURN_IF(poll_status(dev, oldest));
-    if (dev->cmds[oldest - 1].state != CMD_SENT) continue;
+    bool open = false;
+    TSR_RETURN_IF(poll_status(dev, oldest, &open));
+    if (!open) continue;
     if (tsr_hal_now_ns() >= deadline)
       return TSR_ERR(DEADLINE_EXCEEDED, "usb: submit: the board's launch queue stayed full for "
                      "%llu s (command %" PRIu64 " not done)",
@@ -622,52 +637,47 @@ static tsr_status_t usb_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd
   }
 }
 
-static tsr_status_t usb_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
-                             tsr_hal_result_t *out) {
-  usb_device_t *dev = as_usb(d);
-  if (out) memset(out, 0, sizeof *out);
-  if (fence == 0 || fence > dev->n_cmds)
-    return TSR_ERR(INVALID_ARGUMENT, "usb: wait: fence %" PRIu64 " was never issued (last is %"
-                   PRIu64 ")", fence, dev->n_cmds);
-  uint64_t t0 = tsr_hal_now_ns();
-  uint64_t deadline = timeout_ns > UINT64_MAX - t0 ? UINT64_MAX : t0 + timeout_ns;
-  uint64_t pause = dev->poll_us;
-  for (;;) {
-    usb_cmd_t *c = &dev->cmds[fence - 1];
-    if (c->state == CMD_DONE) {
-      if (out) *out = c->res;
-      return TSR_OK;
-    }
-    if (c->state == CMD_ABORTED)
-      return TSR_ERR(DEVICE, "usb: command %" PRIu64 " was aborted by a reset", fence);
-    TSR_RETURN_IF(usable(dev));
-    TSR_RETURN_IF(poll_status(dev, fence));
-    if (c->state != CMD_SENT) continue;
-    uint64_t now = tsr_hal_now_ns();
-    if (now >= deadline)
-      return TSR_ERR(DEADLINE_EXCEEDED, "usb: command %" PRIu64 " not done after %" PRIu64
-                     " ns", fence, timeout_ns);
-    uint64_t left_us = (deadline - now) / 1000 + 1;
-    sleep_us(pause < left_us ? pause : left_us);
-    if (pause < 2000) pause *= 2;
-  }
+/* Queue hook: one STATUS request for `fence`. */
+static tsr_status_t usb_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_t budget_ns,
+                             bool *idle) {
+  usb_device_t *dev = impl;
+  TSR_RETURN_IF(usable(dev));
+  return poll_status(dev, fence, idle);
 }
 
-static tsr_status_t usb_reset(tsr_hal_device_t *d) {
-  usb_device_t *dev = as_usb(d);
+static tsr_status_t usb_reset_hook(void *impl, tsr_queue_t *q) {
+  usb_device_t *dev = impl;
   TSR_RETURN_IF(usable(dev));
   tsr_usb_req_t r = {.type = TSR_USB_T_RESET};
   TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reset");
-  for (uint64_t i = 0; i < dev->n_cmds; i++)
-    if (dev->cmds[i].state == CMD_SENT) dev->cmds[i].state = CMD_ABORTED;
   return TSR_OK;
 }
+
+static const tsr_queue_ops_t usb_queue_ops = {
+    .start = usb_start,
+    .poll = usb_poll,
+    .reset = usb_reset_hook,
+};
+
+static tsr_status_t usb_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
+                               uint64_t *out_fence) {
+  return tsr_queue_submit(&as_usb(d)->q, cmd, out_fence);
+}
+
+static tsr_status_t usb_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeout_ns,
+                             tsr_hal_result_t *out) {
+  return tsr_queue_wait(&as_usb(d)->q, fence, timeout_ns, out);
+}
+
+static tsr_status_t usb_reset(tsr_hal_device_t *d) { return tsr_queue_reset(&as_usb(d)->q); }
 
 tsr_status_t tsr_usb_get_stats(tsr_hal_device_t *d, tsr_usb_stats_t *out) {
   memset(out, 0, sizeof *out);
   if (!d || d->vt != &tsr_hal_usb_vtable)
     return TSR_ERR(INVALID_ARGUMENT, "usb stats asked of a device that is not 'usb'");
+  tsr_queue_lock(&as_usb(d)->q);
   tsr_usb_link_stats(as_usb(d)->link, out);
+  tsr_queue_unlock(&as_usb(d)->q);
   return TSR_OK;
 }
 
@@ -690,7 +700,9 @@ static void usb_print_stats(tsr_hal_device_t *d, FILE *f) {
   usb_device_t *dev = as_usb(d);
   if (!dev->link) return;
   tsr_usb_stats_t st;
+  tsr_queue_lock(&dev->q);
   tsr_usb_link_stats(dev->link, &st);
+  tsr_queue_unlock(&dev->q);
   print_counters(&st, f, "  usb link: ");
 }
 
