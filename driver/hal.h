@@ -6,7 +6,9 @@
  * copies data in and out, and submits commands: a command is one kernel
  * launch over a ring of descriptors (hw/regmap.def) in device memory, with
  * the buffer window the kernel may touch. Submission is asynchronous and
- * returns a fence; wait() blocks on a fence with a timeout.
+ * returns a fence; wait() blocks on a fence with a timeout. All backends
+ * share one command queue (driver/queue.h) for fences, completions,
+ * deadlines and reset; any thread may call any member (see the vtable).
  *
  * Backends: fmodel (the kernel's functional model, driver/fmodel), sim
  * (Verilator RTL, driver/sim), opencl, xrt, usb. "cpu" is never a HAL
@@ -79,14 +81,25 @@ typedef struct tsr_hal_open_params {
   const char *options;  /* backend-specific, borrowed                     */
 } tsr_hal_open_params_t;
 
-/* The vtable. Every member is required unless marked optional. All calls on
- * one device come from one thread at a time (the executor serializes). */
+/* The vtable. Every member is required unless marked optional.
+ *
+ * Threads: every call on a device is safe from any thread at any time
+ * (except close(), which must be the last call, made once no other call is
+ * in flight). Fences are handed out by the device's command queue
+ * (driver/queue.h) under its lock, so fences from concurrent submits are
+ * distinct and ordered; alloc/free are guarded by the allocator's lock;
+ * wait() never holds the device lock while it sleeps, so a submit from
+ * another thread is not stalled by a waiter. Where the device itself is
+ * single-threaded (the simulator, a USB link) its calls take turns under
+ * the device lock. Concurrent copies into memory that a running launch (or
+ * another copy) uses are the caller's race, as on hardware. */
 struct tsr_hal_vtable {
   const char *name; /* "fmodel", "sim", ... */
   /* Opens a device. Sets *out = NULL first. UNAVAILABLE when the backend's
    * library or hardware is missing, with the reason in the message. */
   tsr_status_t (*open)(const tsr_hal_open_params_t *params, tsr_hal_device_t **out);
-  /* Releases everything; outstanding commands are abandoned. */
+  /* Releases everything; outstanding commands are abandoned. No other call
+   * on the device may be in flight or follow. */
   void (*close)(tsr_hal_device_t *dev);
   void (*query_caps)(tsr_hal_device_t *dev, tsr_hal_caps_t *out);
   /* Allocates `size` bytes aligned to `align` (power of two, >= 64). */
