@@ -1,8 +1,5 @@
 /* hal.c - the backend registry, open-spec parsing and shared helpers. */
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -82,85 +79,6 @@ const char *tsr_hal_hwerr_name(uint32_t code) {
     default:
       return "unknown hardware error code";
   }
-}
-
-bool tsr_hal_opt_next(const char **cursor, char *key, size_t key_cap, char *val,
-                      size_t val_cap, tsr_status_t *err) {
-  *err = TSR_OK;
-  const char *p = *cursor;
-  if (!p) return false;
-  while (*p == ',') p++;
-  if (!*p) {
-    *cursor = p;
-    return false;
-  }
-  const char *end = strchr(p, ',');
-  if (!end) end = p + strlen(p);
-  const char *eq = memchr(p, '=', (size_t)(end - p));
-  const char *kend = eq ? eq : end;
-  size_t klen = (size_t)(kend - p);
-  size_t vlen = eq ? (size_t)(end - eq - 1) : 0;
-  if (klen == 0 || klen >= key_cap || vlen >= val_cap) {
-    *err = TSR_ERR(INVALID_ARGUMENT, "option '%.*s' is malformed or too long",
-                   (int)(end - p), p);
-    return false;
-  }
-  memcpy(key, p, klen);
-  key[klen] = '\0';
-  if (eq) memcpy(val, eq + 1, vlen);
-  val[vlen] = '\0';
-  *cursor = end;
-  return true;
-}
-
-tsr_status_t tsr_hal_opt_u64(const char *backend, const char *key, const char *val,
-                             uint64_t lo, uint64_t hi, uint64_t *out) {
-  char *end = NULL;
-  errno = 0;
-  if (!val[0] || val[0] == '-')
-    return TSR_ERR(INVALID_ARGUMENT, "%s: option %s='%s' needs an unsigned integer",
-                   backend, key, val);
-  unsigned long long v = strtoull(val, &end, 0);
-  uint64_t mul = 1;
-  if (end && *end) {
-    switch (toupper((unsigned char)*end)) {
-      case 'K': mul = 1ull << 10; break;
-      case 'M': mul = 1ull << 20; break;
-      case 'G': mul = 1ull << 30; break;
-      default: mul = 0;
-    }
-    if (mul && end[1] != '\0' && !(toupper((unsigned char)end[1]) == 'I' &&
-                                   toupper((unsigned char)end[2]) == 'B' && !end[3]) &&
-        !(toupper((unsigned char)end[1]) == 'B' && !end[2]))
-      mul = 0;
-  }
-  if (errno || end == val || mul == 0)
-    return TSR_ERR(INVALID_ARGUMENT, "%s: option %s='%s' is not an unsigned integer",
-                   backend, key, val);
-  if (v > UINT64_MAX / mul)
-    return TSR_ERR(OUT_OF_RANGE, "%s: option %s='%s' overflows", backend, key, val);
-  uint64_t r = (uint64_t)v * mul;
-  if (r < lo || r > hi)
-    return TSR_ERR(OUT_OF_RANGE,
-                   "%s: option %s=%" PRIu64 " is outside [%" PRIu64 ", %" PRIu64 "]", backend,
-                   key, r, lo, hi);
-  *out = r;
-  return TSR_OK;
-}
-
-tsr_status_t tsr_hal_opt_f64(const char *backend, const char *key, const char *val,
-                             double lo, double hi, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(val, &end);
-  if (errno || end == val || *end || !isfinite(v))
-    return TSR_ERR(INVALID_ARGUMENT, "%s: option %s='%s' is not a number", backend, key,
-                   val);
-  if (v < lo || v > hi)
-    return TSR_ERR(OUT_OF_RANGE, "%s: option %s=%g is outside [%g, %g]", backend, key, v,
-                   lo, hi);
-  *out = v;
-  return TSR_OK;
 }
 
 void tsr_hal_caps_pcie_defaults(tsr_hal_caps_t *caps) {

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/options.h"
 #include "tessera.h"
 
 typedef struct tsr_hal_device tsr_hal_device_t;
@@ -74,8 +75,9 @@ typedef struct tsr_hal_result {
   uint64_t bytes_rd, bytes_wr, macs;
 } tsr_hal_result_t;
 
-/* Parameters for open(); unknown keys in `options` are rejected by the
- * backend ("key=value,key=value", may be NULL). */
+/* Parameters for open(); `options` is parsed against the backend's option
+ * table (the vtable's `options`): unknown keys and values outside an
+ * option's range are rejected ("key=value,key=value", may be NULL). */
 typedef struct tsr_hal_open_params {
   int index;            /* which device of this backend (0 = first)       */
   const char *options;  /* backend-specific, borrowed                     */
@@ -129,6 +131,10 @@ struct tsr_hal_vtable {
    * two spaces. Called by the runtime's --stats report, also for a device
    * that was declared lost. */
   void (*print_stats)(tsr_hal_device_t *dev, FILE *f);
+  /* The options open() takes (base/options.h: name, type, range, help),
+   * n_options rows; what `tessera devices` prints. */
+  const tsr_opt_spec_t *options;
+  size_t n_options;
 };
 
 /* Every device object starts with this header. */

@@ -111,54 +111,57 @@ static void fm_close(tsr_hal_device_t *d) {
   free(dev);
 }
 
+/* What the option string sets (defaults in fm_open). */
+typedef struct fm_opts {
+  uint64_t mem, base, rows, cols, latency, threads, fail, hang;
+  double clock_mhz, bw;
+  bool lost;
+} fm_opts_t;
+
+static const tsr_opt_spec_t fm_options[] = {
+    TSR_OPT_ROW_U64(fm_opts_t, mem, "mem", 4096, 1ull << 36,
+                    "device memory bytes (default 256M; K/M/G suffixes)"),
+    TSR_OPT_ROW_U64(fm_opts_t, base, "base", 0, 1ull << 62,
+                    "device address of the first byte, 4096-aligned (default 0x80000000)"),
+    TSR_OPT_ROW_U64(fm_opts_t, rows, "rows", 1, 255, "modeled MAC array rows (default 16)"),
+    TSR_OPT_ROW_U64(fm_opts_t, cols, "cols", 1, 255, "modeled MAC array columns (default 16)"),
+    TSR_OPT_ROW_F64(fm_opts_t, clock_mhz, "clock", 1, 5000,
+                    "modeled kernel clock in MHz (default 300)"),
+    TSR_OPT_ROW_F64(fm_opts_t, bw, "bw", 1.0 / 64, 4096,
+                    "modeled memory bytes per cycle (default 64)"),
+    TSR_OPT_ROW_U64(fm_opts_t, latency, "latency", 0, 100000,
+                    "modeled memory latency in cycles (default 40)"),
+    TSR_OPT_ROW_U64(fm_opts_t, threads, "threads", 0, 1024,
+                    "host threads executing GEMMs (default 1; 0 = one per online CPU)"),
+    TSR_OPT_ROW_U64(fm_opts_t, fail, "fail", 1, UINT64_MAX,
+                    "fault: launch N completes with AXI_ERROR, having done nothing"),
+    TSR_OPT_ROW_U64(fm_opts_t, hang, "hang", 1, UINT64_MAX,
+                    "fault: launch N never completes until a reset"),
+    TSR_OPT_ROW_BOOL(fm_opts_t, lost, "lost", "fault: every call after open fails UNAVAILABLE"),
+};
+#define FM_N_OPTIONS (sizeof fm_options / sizeof fm_options[0])
+
 static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
-  const char *cur = options;
-  char key[32], val[128];
-  tsr_status_t err = TSR_OK;
-  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
-    uint64_t u = 0;
-    double f = 0;
-    if (!strcmp(key, "mem")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 4096, 1ull << 36, &u));
-      dev->mem.size = u;
-    } else if (!strcmp(key, "base")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 0, 1ull << 62, &u));
-      if (u % 4096)
-        return TSR_ERR(INVALID_ARGUMENT, "fmodel: option base=0x%" PRIx64
-                       " must be 4096-byte aligned", u);
-      dev->mem.base = u;
-    } else if (!strcmp(key, "rows")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, 255, &u));
-      dev->timing.rows = (uint32_t)u;
-    } else if (!strcmp(key, "cols")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, 255, &u));
-      dev->timing.cols = (uint32_t)u;
-    } else if (!strcmp(key, "clock")) {
-      TSR_RETURN_IF(tsr_hal_opt_f64(FM_NAME, key, val, 1, 5000, &f));
-      dev->timing.clock_hz = f * 1e6;
-    } else if (!strcmp(key, "bw")) {
-      TSR_RETURN_IF(tsr_hal_opt_f64(FM_NAME, key, val, 1.0 / 64, 4096, &f));
-      dev->timing.mem_bytes_per_cycle = f;
-    } else if (!strcmp(key, "latency")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 0, 100000, &u));
-      dev->timing.mem_latency = (uint32_t)u;
-    } else if (!strcmp(key, "threads")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 0, 1024, &u));
-      dev->threads = (int)u;
-    } else if (!strcmp(key, "fail")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, UINT64_MAX, &dev->fail_at));
-    } else if (!strcmp(key, "hang")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(FM_NAME, key, val, 1, UINT64_MAX, &dev->hang_at));
-    } else if (!strcmp(key, "lost")) {
-      if (val[0]) return TSR_ERR(INVALID_ARGUMENT, "fmodel: option 'lost' takes no value");
-      dev->lost = true;
-    } else {
-      return TSR_ERR(INVALID_ARGUMENT,
-                     "fmodel: unknown option '%s' (known: mem, base, rows, cols, clock, bw, "
-                     "latency, threads, fail, hang, lost)", key);
-    }
-  }
-  return err;
+  fm_opts_t o = {.mem = dev->mem.size, .base = dev->mem.base, .rows = dev->timing.rows,
+                 .cols = dev->timing.cols, .latency = dev->timing.mem_latency,
+                 .threads = (uint64_t)dev->threads, .clock_mhz = dev->timing.clock_hz / 1e6,
+                 .bw = dev->timing.mem_bytes_per_cycle};
+  TSR_RETURN_IF(tsr_opts_parse(FM_NAME, fm_options, FM_N_OPTIONS, options, &o));
+  if (o.base % 4096)
+    return TSR_ERR(INVALID_ARGUMENT, "fmodel: option base=0x%" PRIx64
+                   " must be 4096-byte aligned", o.base);
+  dev->mem.size = o.mem;
+  dev->mem.base = o.base;
+  dev->timing.rows = (uint32_t)o.rows;
+  dev->timing.cols = (uint32_t)o.cols;
+  dev->timing.clock_hz = o.clock_mhz * 1e6;
+  dev->timing.mem_bytes_per_cycle = o.bw;
+  dev->timing.mem_latency = (uint32_t)o.latency;
+  dev->threads = (int)o.threads;
+  dev->fail_at = o.fail;
+  dev->hang_at = o.hang;
+  dev->lost = o.lost;
+  return TSR_OK;
 }
 
 static tsr_status_t fm_open(const tsr_hal_open_params_t *params, tsr_hal_device_t **out) {
@@ -293,4 +296,6 @@ const tsr_hal_vtable_t tsr_hal_fmodel_vtable = {
     .submit = fm_submit,
     .wait = fm_wait,
     .reset = fm_reset,
+    .options = fm_options,
+    .n_options = FM_N_OPTIONS,
 };

@@ -289,54 +289,35 @@ static void ocl_close(tsr_hal_device_t *d) {
   free(dev);
 }
 
-static tsr_status_t copy_opt(char *dst, size_t cap, const char *key, const char *val) {
-  if (strlen(val) >= cap)
-    return TSR_ERR(INVALID_ARGUMENT, "opencl: option %s is too long (%zu bytes, at most %zu)",
-                   key, strlen(val), cap - 1);
-  strcpy(dst, val);
-  return TSR_OK;
-}
+static const tsr_opt_spec_t ocl_options[] = {
+    TSR_OPT_ROW_STR(ocl_device_t, platform_opt, "platform", TSR_OPT_NONEMPTY,
+                    "platform index, or the first whose name contains TEXT"),
+    TSR_OPT_ROW_U64(ocl_device_t, device_index, "device", 0, 255,
+                    "device index on that platform (default: the open index)"),
+    TSR_OPT_ROW_U64(ocl_device_t, mem_size, "mem", 4096, 1ull << 36,
+                    "device memory bytes (default 256M; K/M/G suffixes)"),
+    TSR_OPT_ROW_U64(ocl_device_t, mem_base, "base", 0, 1ull << 62,
+                    "device address of the first byte, 4096-aligned (default 0x80000000)"),
+    TSR_OPT_ROW_STR(ocl_device_t, xclbin, "xclbin", 0, "load this xclbin (Xilinx platforms)"),
+    TSR_OPT_ROW_STR(ocl_device_t, kernel_name, "kernel", 0,
+                    "kernel name in the xclbin (default tsr_kernel)"),
+    TSR_OPT_ROW_STR(ocl_device_t, source, "source", 0,
+                    "build this OpenCL C file instead of the embedded kernel"),
+    TSR_OPT_ROW_U64(ocl_device_t, groups_per_cu, "groups", 1, 4096,
+                    "work-groups per compute unit for tsr_gemm (default 16)"),
+    TSR_OPT_ROW_U64(ocl_device_t, wg, "wg", 1, 1024,
+                    "work-items per work-group for tsr_gemm (default 16)"),
+    TSR_OPT_ROW_STR(ocl_device_t, loader, "loader", TSR_OPT_NONEMPTY,
+                    "ICD loader to dlopen (default libOpenCL.so.1)"),
+};
+#define OCL_N_OPTIONS (sizeof ocl_options / sizeof ocl_options[0])
 
 static tsr_status_t parse_options(ocl_device_t *dev, const char *options) {
-  const char *cur = options;
-  char key[32], val[512];
-  tsr_status_t err = TSR_OK;
-  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
-    uint64_t u = 0;
-    if (!strcmp(key, "platform")) {
-      TSR_RETURN_IF(copy_opt(dev->platform_opt, sizeof dev->platform_opt, key, val));
-      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "opencl: option platform= needs a value");
-    } else if (!strcmp(key, "device")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(OCL_NAME, key, val, 0, 255, &u));
-      dev->device_index = (int)u;
-    } else if (!strcmp(key, "mem")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(OCL_NAME, key, val, 4096, 1ull << 36, &dev->mem_size));
-    } else if (!strcmp(key, "base")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(OCL_NAME, key, val, 0, 1ull << 62, &u));
-      if (u % 4096)
-        return TSR_ERR(INVALID_ARGUMENT,
-                       "opencl: option base=0x%" PRIx64 " must be 4096-byte aligned", u);
-      dev->mem_base = u;
-    } else if (!strcmp(key, "xclbin")) {
-      TSR_RETURN_IF(copy_opt(dev->xclbin, sizeof dev->xclbin, key, val));
-    } else if (!strcmp(key, "kernel")) {
-      TSR_RETURN_IF(copy_opt(dev->kernel_name, sizeof dev->kernel_name, key, val));
-    } else if (!strcmp(key, "source")) {
-      TSR_RETURN_IF(copy_opt(dev->source, sizeof dev->source, key, val));
-    } else if (!strcmp(key, "loader")) {
-      TSR_RETURN_IF(copy_opt(dev->loader, sizeof dev->loader, key, val));
-    } else if (!strcmp(key, "groups")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(OCL_NAME, key, val, 1, 4096, &dev->groups_per_cu));
-    } else if (!strcmp(key, "wg")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(OCL_NAME, key, val, 1, 1024, &u));
-      dev->wg = (size_t)u;
-    } else {
-      return TSR_ERR(INVALID_ARGUMENT,
-                     "opencl: unknown option '%s' (known: platform, device, mem, base, xclbin, "
-                     "kernel, source, groups, wg, loader)", key);
-    }
-  }
-  return err;
+  TSR_RETURN_IF(tsr_opts_parse(OCL_NAME, ocl_options, OCL_N_OPTIONS, options, dev));
+  if (dev->mem_base % 4096)
+    return TSR_ERR(INVALID_ARGUMENT,
+                   "opencl: option base=0x%" PRIx64 " must be 4096-byte aligned", dev->mem_base);
+  return TSR_OK;
 }
 
 static void platform_name(ocl_api_t *cl, cl_platform_id p, char *out, size_t cap) {
@@ -1008,4 +989,6 @@ const tsr_hal_vtable_t tsr_hal_opencl_vtable = {
     .submit = ocl_submit,
     .wait = ocl_wait,
     .reset = ocl_reset,
+    .options = ocl_options,
+    .n_options = OCL_N_OPTIONS,
 };

@@ -216,67 +216,82 @@ static tsr_status_t load_api(sim_device_t *dev) {
   return TSR_OK;
 }
 
+/* What the option string sets; defaults come from the library's config
+ * and sim_open. */
+typedef struct sim_opts {
+  uint64_t latency, bw, outstanding, mem, base, max_cycles, wave_start, wave_end, wave_depth;
+  uint64_t fail, hang, lost_at;
+  double clock_mhz;
+  char waves[512], coverage[512];
+} sim_opts_t;
+
+static const tsr_opt_spec_t sim_options[] = {
+    TSR_OPT_ROW_U64(sim_opts_t, latency, "latency", 0, 100000,
+                    "memory read latency in cycles (library default if absent)"),
+    TSR_OPT_ROW_U64(sim_opts_t, bw, "bw", 1, 4096, "memory read bytes per cycle"),
+    TSR_OPT_ROW_U64(sim_opts_t, outstanding, "outstanding", 1, 1024,
+                    "read bursts in flight the memory accepts"),
+    TSR_OPT_ROW_U64(sim_opts_t, mem, "mem", 4096, 1ull << 36,
+                    "device memory bytes (K/M/G suffixes)"),
+    TSR_OPT_ROW_U64(sim_opts_t, base, "base", 0, 1ull << 62,
+                    "device address of the first byte, 4096-aligned"),
+    TSR_OPT_ROW_F64(sim_opts_t, clock_mhz, "clock", 1, 5000,
+                    "stated kernel clock in MHz for projections (default 300)"),
+    TSR_OPT_ROW_U64(sim_opts_t, max_cycles, "max_cycles", 1, UINT64_MAX,
+                    "simulated-cycle budget per launch (default 2^40)"),
+    TSR_OPT_ROW_STR(sim_opts_t, waves, "waves", TSR_OPT_NONEMPTY,
+                    "write an FST waveform to this file"),
+    TSR_OPT_ROW_U64(sim_opts_t, wave_start, "wave_start", 0, UINT64_MAX,
+                    "first cycle of the waveform window"),
+    TSR_OPT_ROW_U64(sim_opts_t, wave_end, "wave_end", 0, UINT64_MAX,
+                    "last cycle of the waveform window (0 = start + 100k)"),
+    TSR_OPT_ROW_U64(sim_opts_t, wave_depth, "wave_depth", 0, 1000,
+                    "hierarchy depth to trace (0 = all)"),
+    TSR_OPT_ROW_STR(sim_opts_t, coverage, "coverage", TSR_OPT_NONEMPTY,
+                    "coverage data written at close (coverage build)"),
+    TSR_OPT_ROW_U64(sim_opts_t, fail, "fail", 1, UINT64_MAX,
+                    "fault: launch N gets a ring outside its window (the RTL refuses it)"),
+    TSR_OPT_ROW_U64(sim_opts_t, hang, "hang", 1, UINT64_MAX,
+                    "fault: launch N is programmed but ap_start is never raised"),
+    TSR_OPT_ROW_U64(sim_opts_t, lost_at, "lost_at", 1, UINT64_MAX,
+                    "fault: from launch N on every call fails UNAVAILABLE"),
+};
+#define SIM_N_OPTIONS (sizeof sim_options / sizeof sim_options[0])
+
 static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
-  const char *cur = options;
-  char key[32], val[512];
-  tsr_status_t err = TSR_OK;
   tsr_sim_config_t *c = &dev->cfg;
-  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
-    uint64_t u = 0;
-    double f = 0;
-    if (!strcmp(key, "latency")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 100000, &u));
-      c->mem_latency = (uint32_t)u;
-    } else if (!strcmp(key, "bw")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, 4096, &u));
-      c->mem_bytes_per_cycle = (uint32_t)u;
-    } else if (!strcmp(key, "outstanding")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, 1024, &u));
-      c->mem_max_outstanding = (uint32_t)u;
-    } else if (!strcmp(key, "mem")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 4096, 1ull << 36, &u));
-      c->mem_size = u;
-    } else if (!strcmp(key, "base")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 1ull << 62, &u));
-      if (u % 4096)
-        return TSR_ERR(INVALID_ARGUMENT, "sim: option base=0x%" PRIx64
-                       " must be 4096-byte aligned", u);
-      c->mem_base = u;
-    } else if (!strcmp(key, "clock")) {
-      TSR_RETURN_IF(tsr_hal_opt_f64(SIM_NAME, key, val, 1, 5000, &f));
-      dev->clock_hz = f * 1e6;
-    } else if (!strcmp(key, "max_cycles")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->max_cycles));
-    } else if (!strcmp(key, "waves")) {
-      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "sim: option waves needs a file name");
-      snprintf(dev->wave_path, sizeof dev->wave_path, "%s", val);
-      c->wave_path = dev->wave_path;
-    } else if (!strcmp(key, "wave_start")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, UINT64_MAX, &c->wave_start));
-    } else if (!strcmp(key, "wave_end")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, UINT64_MAX, &c->wave_end));
-    } else if (!strcmp(key, "wave_depth")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 0, 1000, &u));
-      c->wave_depth = (int)u;
-    } else if (!strcmp(key, "fail")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->fail_at));
-    } else if (!strcmp(key, "hang")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->hang_at));
-    } else if (!strcmp(key, "lost_at")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(SIM_NAME, key, val, 1, UINT64_MAX, &dev->lost_at));
-    } else if (!strcmp(key, "coverage")) {
-      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "sim: option coverage needs a file name");
-      snprintf(dev->coverage_path, sizeof dev->coverage_path, "%s", val);
-      c->coverage_path = dev->coverage_path;
-    } else {
-      return TSR_ERR(INVALID_ARGUMENT,
-                     "sim: unknown option '%s' (known: latency, bw, outstanding, mem, base, "
-                     "clock, max_cycles, waves, wave_start, wave_end, wave_depth, coverage, fail, hang, "
-                     "lost_at)",
-                     key);
-    }
+  sim_opts_t o = {.latency = c->mem_latency, .bw = c->mem_bytes_per_cycle,
+                  .outstanding = c->mem_max_outstanding, .mem = c->mem_size,
+                  .base = c->mem_base, .max_cycles = dev->max_cycles,
+                  .wave_start = c->wave_start, .wave_end = c->wave_end,
+                  .wave_depth = (uint64_t)(c->wave_depth > 0 ? c->wave_depth : 0),
+                  .clock_mhz = dev->clock_hz / 1e6};
+  TSR_RETURN_IF(tsr_opts_parse(SIM_NAME, sim_options, SIM_N_OPTIONS, options, &o));
+  if (o.base % 4096)
+    return TSR_ERR(INVALID_ARGUMENT, "sim: option base=0x%" PRIx64
+                   " must be 4096-byte aligned", o.base);
+  c->mem_latency = (uint32_t)o.latency;
+  c->mem_bytes_per_cycle = (uint32_t)o.bw;
+  c->mem_max_outstanding = (uint32_t)o.outstanding;
+  c->mem_size = o.mem;
+  c->mem_base = o.base;
+  c->wave_start = o.wave_start;
+  c->wave_end = o.wave_end;
+  c->wave_depth = (int)o.wave_depth;
+  dev->clock_hz = o.clock_mhz * 1e6;
+  dev->max_cycles = o.max_cycles;
+  dev->fail_at = o.fail;
+  dev->hang_at = o.hang;
+  dev->lost_at = o.lost_at;
+  if (o.waves[0]) {
+    snprintf(dev->wave_path, sizeof dev->wave_path, "%s", o.waves);
+    c->wave_path = dev->wave_path;
   }
-  return err;
+  if (o.coverage[0]) {
+    snprintf(dev->coverage_path, sizeof dev->coverage_path, "%s", o.coverage);
+    c->coverage_path = dev->coverage_path;
+  }
+  return TSR_OK;
 }
 
 static void sim_close(tsr_hal_device_t *d) {
@@ -555,4 +570,6 @@ const tsr_hal_vtable_t tsr_hal_sim_vtable = {
     .submit = sim_submit,
     .wait = sim_wait,
     .reset = sim_reset,
+    .options = sim_options,
+    .n_options = SIM_N_OPTIONS,
 };

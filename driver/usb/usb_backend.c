@@ -333,34 +333,25 @@ static void usb_close(tsr_hal_device_t *d) {
   free(dev);
 }
 
+static const tsr_opt_spec_t usb_options[] = {
+    TSR_OPT_ROW_U64(usb_device_t, vid, "vid", 0, 0xffff, "board USB vendor id (default 0x1209)"),
+    TSR_OPT_ROW_U64(usb_device_t, pid, "pid", 0, 0xffff, "board USB product id (default 0x0001)"),
+    TSR_OPT_ROW_U64(usb_device_t, chunk, "chunk", 64, TSR_USB_MAX_PAYLOAD,
+                    "payload bytes per frame (default 256K)"),
+    TSR_OPT_ROW_U64(usb_device_t, window, "inflight", 1, USB_MAX_WINDOW,
+                    "frames in flight each way (default 8)"),
+    TSR_OPT_ROW_U64(usb_device_t, timeout_ms, "timeout", 1, 600000,
+                    "resend a request unanswered after this many ms (default 100)"),
+    TSR_OPT_ROW_U64(usb_device_t, retries, "retries", 0, 1000,
+                    "resends of one frame before DEVICE (default 10)"),
+    TSR_OPT_ROW_U64(usb_device_t, poll_us, "poll", 1, 1000000,
+                    "first STATUS poll interval in us in wait (default 50, doubling to 2 ms)"),
+    TSR_OPT_ROW_BOOL(usb_device_t, print_stats, "stats", "print the link counters at close"),
+};
+#define USB_N_OPTIONS (sizeof usb_options / sizeof usb_options[0])
+
 static tsr_status_t parse_options(usb_device_t *dev, const char *options) {
-  const char *cur = options;
-  char key[32], val[64];
-  tsr_status_t err = TSR_OK;
-  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
-    if (!strcmp(key, "vid")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 0, 0xffff, &dev->vid));
-    } else if (!strcmp(key, "pid")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 0, 0xffff, &dev->pid));
-    } else if (!strcmp(key, "chunk")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 64, TSR_USB_MAX_PAYLOAD, &dev->chunk));
-    } else if (!strcmp(key, "inflight")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 1, USB_MAX_WINDOW, &dev->window));
-    } else if (!strcmp(key, "timeout")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 1, 600000, &dev->timeout_ms));
-    } else if (!strcmp(key, "retries")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 0, 1000, &dev->retries));
-    } else if (!strcmp(key, "poll")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(USB_NAME, key, val, 1, 1000000, &dev->poll_us));
-    } else if (!strcmp(key, "stats")) {
-      if (val[0]) return TSR_ERR(INVALID_ARGUMENT, "usb: option 'stats' takes no value");
-      dev->print_stats = true;
-    } else {
-      return TSR_ERR(INVALID_ARGUMENT, "usb: unknown option '%s' (known: vid, pid, chunk, "
-                     "inflight, timeout, retries, poll, stats)", key);
-    }
-  }
-  return err;
+  return tsr_opts_parse(USB_NAME, usb_options, USB_N_OPTIONS, options, dev);
 }
 
 /* Finds the index-th board with the configured VID:PID and opens it. */
@@ -719,4 +710,6 @@ const tsr_hal_vtable_t tsr_hal_usb_vtable = {
     .wait = usb_wait,
     .reset = usb_reset,
     .print_stats = usb_print_stats,
+    .options = usb_options,
+    .n_options = USB_N_OPTIONS,
 };

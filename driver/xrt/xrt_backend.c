@@ -105,42 +105,47 @@ static xrt_device_t *as_xrt(tsr_hal_device_t *d) { return (xrt_device_t *)d; }
 
 /* ---- options ------------------------------------------------------------ */
 
+/* What the option string sets that is not stored as given. */
+typedef struct xrt_opts {
+  char xclbin[512], kernel[64], mode[8];
+  uint64_t mem, inflight;
+  double clock_mhz;
+  bool probe;
+} xrt_opts_t;
+
+static const tsr_opt_spec_t xrt_options[] = {
+    TSR_OPT_ROW_STR(xrt_opts_t, xclbin, "xclbin", TSR_OPT_NONEMPTY,
+                    "xclbin to load (default: the project's, generated)"),
+    TSR_OPT_ROW_STR(xrt_opts_t, kernel, "kernel", TSR_OPT_NONEMPTY,
+                    "kernel name in the xclbin (default tsr_kernel, or its only kernel)"),
+    TSR_OPT_ROW_STR(xrt_opts_t, mode, "mode", TSR_OPT_NONEMPTY,
+                    "hs or chain: control protocol of the generated xclbin (default hs)"),
+    TSR_OPT_ROW_U64(xrt_opts_t, mem, "mem", 1ull << 16, 1ull << 36,
+                    "device memory arena bytes (default 256M; K/M/G suffixes)"),
+    TSR_OPT_ROW_U64(xrt_opts_t, inflight, "inflight", 1, 64,
+                    "runs queued in XRT at once (default 4)"),
+    TSR_OPT_ROW_F64(xrt_opts_t, clock_mhz, "clock", 1, 5000,
+                    "kernel clock in MHz for the caps (default 300)"),
+    TSR_OPT_ROW_BOOL(xrt_opts_t, probe, "probe",
+                     "open the device in a forked child first (default 1)"),
+};
+#define XRT_N_OPTIONS (sizeof xrt_options / sizeof xrt_options[0])
+
 static tsr_status_t parse_options(xrt_device_t *dev, const char *options) {
-  const char *cur = options;
-  char key[32], val[512];
-  tsr_status_t err = TSR_OK;
-  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
-    uint64_t u = 0;
-    double f = 0;
-    if (!strcmp(key, "xclbin")) {
-      if (!val[0]) return TSR_ERR(INVALID_ARGUMENT, "xrt: option xclbin= needs a path");
-      snprintf(dev->xclbin, sizeof dev->xclbin, "%s", val);
-    } else if (!strcmp(key, "kernel")) {
-      if (!val[0] || strlen(val) >= sizeof dev->kernel_name)
-        return TSR_ERR(INVALID_ARGUMENT, "xrt: option kernel='%s' is empty or too long", val);
-      snprintf(dev->kernel_name, sizeof dev->kernel_name, "%s", val);
-    } else if (!strcmp(key, "mode")) {
-      if (!strcmp(val, "hs")) dev->opt_mode = TSR_XCLBIN_CTRL_HS;
-      else if (!strcmp(val, "chain")) dev->opt_mode = TSR_XCLBIN_CTRL_CHAIN;
-      else return TSR_ERR(INVALID_ARGUMENT, "xrt: option mode='%s' is not hs or chain", val);
-    } else if (!strcmp(key, "mem")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(XRT_NAME, key, val, 1ull << 16, 1ull << 36, &u));
-      dev->opt_mem = u & ~(uint64_t)4095;
-    } else if (!strcmp(key, "inflight")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(XRT_NAME, key, val, 1, 64, &u));
-      dev->opt_inflight = (uint32_t)u;
-    } else if (!strcmp(key, "clock")) {
-      TSR_RETURN_IF(tsr_hal_opt_f64(XRT_NAME, key, val, 1, 5000, &f));
-      dev->clock_hz = f * 1e6;
-    } else if (!strcmp(key, "probe")) {
-      TSR_RETURN_IF(tsr_hal_opt_u64(XRT_NAME, key, val, 0, 1, &u));
-      dev->opt_probe = u != 0;
-    } else {
-      return TSR_ERR(INVALID_ARGUMENT, "xrt: unknown option '%s' (known: xclbin, kernel, "
-                     "mode, mem, inflight, clock, probe)", key);
-    }
-  }
-  return err;
+  xrt_opts_t o = {.mem = dev->opt_mem, .inflight = dev->opt_inflight,
+                  .clock_mhz = dev->clock_hz / 1e6, .probe = dev->opt_probe};
+  snprintf(o.mode, sizeof o.mode, "%s", dev->opt_mode == TSR_XCLBIN_CTRL_CHAIN ? "chain" : "hs");
+  TSR_RETURN_IF(tsr_opts_parse(XRT_NAME, xrt_options, XRT_N_OPTIONS, options, &o));
+  if (!strcmp(o.mode, "hs")) dev->opt_mode = TSR_XCLBIN_CTRL_HS;
+  else if (!strcmp(o.mode, "chain")) dev->opt_mode = TSR_XCLBIN_CTRL_CHAIN;
+  else return TSR_ERR(INVALID_ARGUMENT, "xrt: option mode='%s' is not hs or chain", o.mode);
+  if (o.xclbin[0]) snprintf(dev->xclbin, sizeof dev->xclbin, "%s", o.xclbin);
+  if (o.kernel[0]) snprintf(dev->kernel_name, sizeof dev->kernel_name, "%s", o.kernel);
+  dev->opt_mem = o.mem & ~(uint64_t)4095;
+  dev->opt_inflight = (uint32_t)o.inflight;
+  dev->clock_hz = o.clock_mhz * 1e6;
+  dev->opt_probe = o.probe;
+  return TSR_OK;
 }
 
 /* ---- commands ----------------------------------------------------------- */
@@ -653,4 +658,6 @@ const tsr_hal_vtable_t tsr_hal_xrt_vtable = {
     .submit = xrt_submit,
     .wait = xrt_wait,
     .reset = xrt_reset,
+    .options = xrt_options,
+    .n_options = XRT_N_OPTIONS,
 };

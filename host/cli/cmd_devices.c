@@ -1,6 +1,7 @@
 /*
  * cmd_devices.c - `tessera devices`: the host ("cpu") and every device
- * backend compiled in, whether it opens here, why not, and what it offers.
+ * backend compiled in, whether it opens here, why not, what it offers, and
+ * the options it takes (from the backend's option table: type, range, help).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -12,12 +13,19 @@
 
 static const char *CMD = "devices";
 
+static void print_options(const tsr_hal_vtable_t *vt) {
+  if (!vt->n_options) return;
+  printf("        options (%s:key=value,...):\n", vt->name);
+  tsr_opts_print(stdout, vt->options, vt->n_options, "          ");
+}
+
 int tsr_cmd_devices(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: tessera devices\n\n"
              "Lists the host (cpu) and the device backends (in preference order), tries\n"
-             "to open each and prints its capabilities or the reason it is unavailable.\n");
+             "to open each and prints its capabilities or the reason it is unavailable,\n"
+             "then the options each backend takes (--device NAME:key=value,...).\n");
       return 0;
     }
     fprintf(stderr, "tessera %s: unknown option '%s'\n", CMD, argv[i]);
@@ -34,6 +42,7 @@ int tsr_cmd_devices(int argc, char **argv) {
       printf("%-7s unavailable: %s: %s\n", vts[i]->name,
              tsr_status_code_name(tsr_status_code(s)), tsr_status_message(s));
       tsr_status_free(s);
+      print_options(vts[i]);
       continue;
     }
     tsr_hal_caps_t c;
@@ -48,6 +57,7 @@ int tsr_cmd_devices(int argc, char **argv) {
            c.mem_size >> 20, c.mem_bytes_per_cycle, c.mem_bytes_per_cycle * c.clock_hz / 1e9,
            c.link_bytes_per_s / 1e9, c.link_latency_s * 1e6, c.launch_latency_s * 1e6);
     tsr_hal_close(dev);
+    print_options(vts[i]);
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "driver/hal.h"
 #include "driver/kernel_model.h"
 #include "driver/hal_impl.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "driver/usb/usb_proto.h"
 
@@ -128,13 +129,13 @@ static tsr_status_t parse_faults(const char *spec, fault_cfg_t *f) {
   char key[32], val[128];
   tsr_status_t err = TSR_OK;
   const char *who = "usb board faults";
-  while (tsr_hal_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
-    if (!strcmp(key, "drop")) TSR_RETURN_IF(tsr_hal_opt_f64(who, key, val, 0, 1, &f->p_drop));
+  while (tsr_opt_next(&cur, key, sizeof key, val, sizeof val, &err)) {
+    if (!strcmp(key, "drop")) TSR_RETURN_IF(tsr_opt_f64(who, key, val, 0, 1, &f->p_drop));
     else if (!strcmp(key, "corrupt"))
-      TSR_RETURN_IF(tsr_hal_opt_f64(who, key, val, 0, 1, &f->p_corrupt));
-    else if (!strcmp(key, "dup")) TSR_RETURN_IF(tsr_hal_opt_f64(who, key, val, 0, 1, &f->p_dup));
+      TSR_RETURN_IF(tsr_opt_f64(who, key, val, 0, 1, &f->p_corrupt));
+    else if (!strcmp(key, "dup")) TSR_RETURN_IF(tsr_opt_f64(who, key, val, 0, 1, &f->p_dup));
     else if (!strcmp(key, "delay"))
-      TSR_RETURN_IF(tsr_hal_opt_f64(who, key, val, 0, 1, &f->p_delay));
+      TSR_RETURN_IF(tsr_opt_f64(who, key, val, 0, 1, &f->p_delay));
     else if (!strcmp(key, "drop_at")) TSR_RETURN_IF(parse_at(key, val, f->at_drop, &f->n_drop));
     else if (!strcmp(key, "corrupt_at"))
       TSR_RETURN_IF(parse_at(key, val, f->at_corrupt, &f->n_corrupt));
@@ -142,11 +143,11 @@ static tsr_status_t parse_faults(const char *spec, fault_cfg_t *f) {
     else if (!strcmp(key, "delay_at"))
       TSR_RETURN_IF(parse_at(key, val, f->at_delay, &f->n_delay));
     else if (!strcmp(key, "delay_ms"))
-      TSR_RETURN_IF(tsr_hal_opt_u64(who, key, val, 0, 60000, &f->delay_ms));
+      TSR_RETURN_IF(tsr_opt_u64(who, key, val, 0, 60000, &f->delay_ms));
     else if (!strcmp(key, "unplug_at"))
-      TSR_RETURN_IF(tsr_hal_opt_u64(who, key, val, 1, UINT64_MAX, &f->unplug_at));
+      TSR_RETURN_IF(tsr_opt_u64(who, key, val, 1, UINT64_MAX, &f->unplug_at));
     else if (!strcmp(key, "seed"))
-      TSR_RETURN_IF(tsr_hal_opt_u64(who, key, val, 0, UINT64_MAX, &f->seed));
+      TSR_RETURN_IF(tsr_opt_u64(who, key, val, 0, UINT64_MAX, &f->seed));
     else if (!strcmp(key, "dir")) {
       if (!strcmp(val, "both")) f->rate_in = f->rate_out = true;
       else if (!strcmp(val, "out")) f->rate_in = false, f->rate_out = true;

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <umockdev.h>
 
+#include "base/options.h"
 #include "driver/hal_impl.h"
 #include "base/status.h"
 #include "driver/usb/usb_proto.h"
@@ -183,7 +184,7 @@ static const char *env_or(const char *name, const char *def) {
 static tsr_status_t make_board(void) {
   const char *kind = env_or("TSR_USB_BOARD", "model");
   uint64_t mem = 0;
-  TSR_RETURN_IF(tsr_hal_opt_u64("TSR_USB_BOARD_MEM", "size", env_or("TSR_USB_BOARD_MEM", "128M"),
+  TSR_RETURN_IF(tsr_opt_u64("TSR_USB_BOARD_MEM", "size", env_or("TSR_USB_BOARD_MEM", "128M"),
                                 1u << 20, 1ull << 34, &mem));
   char engine[96];
   if (!strcmp(kind, "model")) {
