@@ -45,7 +45,7 @@ static void usage(FILE *f) {
           "                   projected on --offload-device with every matmul there; and\n"
           "                   the batch size where the device overtakes the CPU. Models\n"
           "                   default to stories110M,large; --decode N steps per repetition\n"
-          "                   at batch 1, N/B at batch B, at least 2 (default 32)\n"
+          "                   at batch 1, N/B at batch B, at least 4 (default 24)\n"
           "  --auto           with --batch: also the partitioner's own choice (auto policy;\n"
           "                   one more engine per model)\n"
           "  --json           print JSON instead of a table\n"
@@ -246,8 +246,9 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
 
 #define BATCH_MAX_SIZES 16
 #define BATCH_MAX 1024
-#define BATCH_PROMPT 8  /* prompt tokens per sequence */
-#define BATCH_DECODE 32 /* decode steps per repetition at batch 1 */
+#define BATCH_PROMPT 8    /* prompt tokens per sequence */
+#define BATCH_DECODE 24   /* decode steps per repetition at batch 1 */
+#define BATCH_MIN_STEPS 4 /* and at least this many at any batch size */
 
 static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
@@ -628,15 +629,18 @@ static int bench_batch(const int32_t *batches, int n_batches, const char *models
     r->n_rows = n_batches;
     for (int i = 0; i < n_batches; i++) r->rows[i].batch = batches[i];
     if (!json) fprintf(stderr, "tessera bench: %s, batches on the CPU\n", tok);
-    s = batch_engine(RUN_CPU, NULL, threads, path, reps, n_prompt, n_decode, 2, r);
+    s = batch_engine(RUN_CPU, NULL, threads, path, reps, n_prompt, n_decode,
+                     BATCH_MIN_STEPS, r);
     if (!s && offload) {
       offload_spec(off_dev, &r->cfg, r->device, sizeof r->device);
       if (!json)
         fprintf(stderr, "tessera bench: %s, batches on %s (%s)\n", tok, r->device,
                 with_auto ? "offload all, then auto" : "offload all");
-      s = batch_engine(RUN_ALL, r->device, threads, path, reps, n_prompt, n_decode, 2, r);
+      s = batch_engine(RUN_ALL, r->device, threads, path, reps, n_prompt, n_decode,
+                       BATCH_MIN_STEPS, r);
       if (!s && with_auto)
-        s = batch_engine(RUN_AUTO, r->device, threads, path, reps, n_prompt, n_decode, 2, r);
+        s = batch_engine(RUN_AUTO, r->device, threads, path, reps, n_prompt, n_decode,
+                         BATCH_MIN_STEPS, r);
     }
     if (!s) n_res++;
   }
