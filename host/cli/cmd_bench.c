@@ -274,12 +274,13 @@ static bool parse_batch_list(const char *s, int32_t *out, int *n_out) {
     char *e = NULL;
     errno = 0;
     long long v = strtoll(piece, &e, 10);
-    if (len >= sizeof piece || errno || e == piece || *e != '\0') {
+    const bool huge = errno == ERANGE && e != piece && *e == '\0';
+    if (!huge && (len >= sizeof piece || errno || e == piece || *e != '\0')) {
       fprintf(stderr, "tessera bench: --batch: entry %d '%.*s' is not a number (batch sizes "
                       "are integers in [1, %d])\n", entry, (int)len, p, BATCH_MAX);
       return false;
     }
-    if (v < 1 || v > BATCH_MAX) {
+    if (huge || v < 1 || v > BATCH_MAX) {
       fprintf(stderr, "tessera bench: --batch: entry %d '%s' is outside [1, %d]\n", entry,
               piece, BATCH_MAX);
       return false;
