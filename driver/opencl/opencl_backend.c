@@ -91,6 +91,7 @@ static const cl_define_t regmap_defines[] = {
 #undef TSR_HWERR
 };
 
+#include "base/dl.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
@@ -197,25 +198,22 @@ static tsr_status_t cl_to_status(cl_int e, const char *call) {
 
 static tsr_status_t ocl_load(const char *path, ocl_api_t *api) {
   memset(api, 0, sizeof *api);
-  dlerror();
-  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (!api->lib) {
-    const char *why = dlerror();
-    return TSR_ERR(UNAVAILABLE, "opencl: the OpenCL ICD loader %s cannot be loaded (%s); "
-                   "install ocl-icd-libopencl1 and a driver such as pocl-opencl-icd",
-                   path, why ? why : "unknown reason");
+  const char *paths[1] = {path};
+  TSR_RETURN_IF(tsr_dl_open(OCL_NAME, paths, 1, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE,
+                            "the OpenCL ICD loader; install ocl-icd-libopencl1 and a driver "
+                            "such as pocl-opencl-icd", &api->lib, NULL));
+  const tsr_dl_sym_t syms[] = {
+#define OCL_SYM(f) {#f, (void **)&api->f},
+      OCL_FUNCS(OCL_SYM)
+#undef OCL_SYM
+  };
+  tsr_status_t s = tsr_dl_resolve(OCL_NAME, api->lib, path, syms, sizeof syms / sizeof syms[0],
+                                  "not an OpenCL 1.2 loader");
+  if (s) {
+    dlclose(api->lib);
+    api->lib = NULL;
   }
-#define OCL_RESOLVE(f)                                                               \
-  api->f = (__typeof__(&f))dlsym(api->lib, #f);                                      \
-  if (!api->f) {                                                                     \
-    dlclose(api->lib);                                                               \
-    api->lib = NULL;                                                                 \
-    return TSR_ERR(UNAVAILABLE, "opencl: %s lacks %s (not an OpenCL 1.2 loader)", path, \
-                   #f);                                                              \
-  }
-  OCL_FUNCS(OCL_RESOLVE)
-#undef OCL_RESOLVE
-  return TSR_OK;
+  return s;
 }
 
 /* ---- the device ---------------------------------------------------------- */

@@ -59,6 +59,7 @@
 #include "driver/kernel_model.h"
 
 #include "../../sim/tsr_sim.h"
+#include "base/dl.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
@@ -159,30 +160,14 @@ static tsr_status_t load_library(sim_device_t *dev, void **out_handle) {
       add_candidates_near(exe, cands, &n, MAX_CANDS);
     }
   }
-  char tried[2048] = "";
-  for (int i = 0; i < n; i++) {
-    void *h = dlopen(cands[i], RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-      snprintf(dev->lib_path, sizeof dev->lib_path, "%s", cands[i]);
-      *out_handle = h;
-      return TSR_OK;
-    }
-    const char *why = dlerror();
-    size_t used = strlen(tried);
-    snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? "; " : "", cands[i],
-             why ? why : "not loadable");
-  }
-  return TSR_ERR(UNAVAILABLE, "sim: RTL library %s not found: tried %s%s", SIM_LIB_FILE,
-                 n ? tried : "nothing",
-                 env && *env ? " [from TSR_RTL_LIB]" : " (build it with `make rtl`, or set "
-                                                        "TSR_RTL_LIB)");
-}
-
-static tsr_status_t resolve(void *h, const char *lib, const char *sym, void **out) {
-  dlerror();
-  *out = dlsym(h, sym);
-  if (!*out)
-    return TSR_ERR(UNAVAILABLE, "sim: %s lacks symbol %s (stale build?)", lib, sym);
+  const char *paths[MAX_CANDS];
+  for (int i = 0; i < n; i++) paths[i] = cands[i];
+  size_t which = 0;
+  TSR_RETURN_IF(tsr_dl_open(SIM_NAME, paths, (size_t)n, RTLD_NOW | RTLD_LOCAL,
+                            env && *env ? "from TSR_RTL_LIB"
+                                        : "build it with `make rtl`, or set TSR_RTL_LIB",
+                            out_handle, &which));
+  snprintf(dev->lib_path, sizeof dev->lib_path, "%s", cands[which]);
   return TSR_OK;
 }
 
@@ -190,7 +175,7 @@ static tsr_status_t load_api(sim_device_t *dev) {
   void *h = NULL;
   TSR_RETURN_IF(load_library(dev, &h));
   sim_api_t *a = &dev->api;
-  struct { const char *sym; void **slot; } syms[] = {
+  const tsr_dl_sym_t syms[] = {
       {"tsr_sim_config_init", (void **)&a->config_init},
       {"tsr_sim_abi_version", (void **)&a->abi_version},
       {"tsr_sim_create", (void **)&a->create},
@@ -205,8 +190,9 @@ static tsr_status_t load_api(sim_device_t *dev) {
       {"tsr_sim_irq", (void **)&a->irq},
       {"tsr_sim_geometry", (void **)&a->geometry},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
-    TSR_RETURN_IF(resolve(h, dev->lib_path, syms[i].sym, syms[i].slot));
+  TSR_RETURN_IF(tsr_dl_resolve(SIM_NAME, h, dev->lib_path, syms, sizeof syms / sizeof syms[0],
+                               "stale build?"));
+  /* Optional extension. */
   dlerror();
   a->last_error = (const char *(*)(const tsr_sim_t *))dlsym(h, "tsr_sim_last_error");
   int v = a->abi_version();

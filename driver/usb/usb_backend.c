@@ -45,6 +45,7 @@
 
 #include "driver/tsr_regmap.h"
 
+#include "base/dl.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
@@ -147,13 +148,11 @@ static tsr_status_t usb_status(const usb_api_t *api, int rc, const char *what) {
   } while (0)
 
 static tsr_status_t load_api(usb_device_t *dev) {
-  dev->lib = dlopen(USB_LIB_FILE, RTLD_NOW | RTLD_LOCAL);
-  if (!dev->lib)
-    return TSR_ERR(UNAVAILABLE, "usb: libusb-1.0 is not installed (%s)", dlerror());
-  struct {
-    const char *name;
-    void **slot;
-  } syms[] = {
+  const char *paths[1] = {USB_LIB_FILE};
+  TSR_RETURN_IF(tsr_dl_open(USB_NAME, paths, 1, RTLD_NOW | RTLD_LOCAL,
+                            "libusb-1.0 is not installed: install libusb-1.0-0", &dev->lib,
+                            NULL));
+  const tsr_dl_sym_t syms[] = {
       {"libusb_init", (void **)&dev->api.init},
       {"libusb_exit", (void **)&dev->api.exit},
       {"libusb_get_device_list", (void **)&dev->api.get_device_list},
@@ -177,13 +176,8 @@ static tsr_status_t load_api(usb_device_t *dev) {
       {"libusb_get_device_address", (void **)&dev->api.get_device_address},
       {"libusb_get_device", (void **)&dev->api.get_device},
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    *syms[i].slot = dlsym(dev->lib, syms[i].name);
-    if (!*syms[i].slot)
-      return TSR_ERR(UNAVAILABLE, "usb: %s lacks %s (libusb too old?)", USB_LIB_FILE,
-                     syms[i].name);
-  }
-  return TSR_OK;
+  return tsr_dl_resolve(USB_NAME, dev->lib, USB_LIB_FILE, syms, sizeof syms / sizeof syms[0],
+                        "libusb too old?");
 }
 
 /* ---- the transport: libusb asynchronous bulk transfers ---------------- */

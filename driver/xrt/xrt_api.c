@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/dl.h"
 #include "base/status.h"
 #include "xrt_api.h"
 
@@ -172,10 +173,7 @@ static const char *shim_for_mode(const char *mode) {
 /* ---- loading ------------------------------------------------------------ */
 
 static tsr_status_t load_symbols(void *lib, const char *path) {
-  struct {
-    const char *name;
-    void **slot;
-  } syms[] = {
+  const tsr_dl_sym_t syms[] = {
 #define SYM(field, name) {#name, (void **)&api.field}
       SYM(deviceOpen, xrtDeviceOpen),
       SYM(deviceClose, xrtDeviceClose),
@@ -208,14 +206,8 @@ static tsr_status_t load_symbols(void *lib, const char *path) {
       SYM(xclbinGetUUID, xrtXclbinGetUUID),
 #undef SYM
   };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    void *p = dlsym(lib, syms[i].name);
-    if (!p)
-      return TSR_ERR(UNAVAILABLE, "xrt: %s does not export %s (XRT older than 2.13?)", path,
-                     syms[i].name);
-    *syms[i].slot = p;
-  }
-  return TSR_OK;
+  return tsr_dl_resolve("xrt", lib, path, syms, sizeof syms / sizeof syms[0],
+                        "XRT older than 2.13?");
 }
 
 static tsr_status_t prepare(void) {
@@ -224,11 +216,11 @@ static tsr_status_t prepare(void) {
   if (!api_lib) {
     /* Loading libxrt_coreutil runs only static constructors; nothing in XRT
      * that can abort runs before the first device call below. */
-    void *lib = dlopen(lib_name, RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-      return TSR_ERR(UNAVAILABLE, "xrt: cannot load %s: %s (install XRT, e.g. Debian's "
-                     "libxrt1, or point TSR_XRT_LIB at libxrt_coreutil.so.2)", lib_name,
-                     dlerror());
+    void *lib = NULL;
+    const char *paths[1] = {lib_name};
+    TSR_RETURN_IF(tsr_dl_open("xrt", paths, 1, RTLD_NOW | RTLD_LOCAL,
+                              "install XRT, e.g. Debian's libxrt1, or point TSR_XRT_LIB at "
+                              "libxrt_coreutil.so.2", &lib, NULL));
     tsr_status_t s = load_symbols(lib, lib_name);
     if (s) {
       dlclose(lib);
