@@ -17,7 +17,7 @@
  *
  * Environment:
  *   TSR_USB_BOARD=model|rtl   kernel behind the board: the functional model
- *                             (cpu backend) or the Verilator RTL (sim)
+ *                             (fmodel backend) or the Verilator RTL (sim)
  *   TSR_USB_BOARD_MEM=SIZE    device memory (default 128M)
  *   TSR_USB_FAULTS=...        fault injection (usb_board.h)
  *   TSR_USB_EMU_VERBOSE=1     print the board's counters at exit
