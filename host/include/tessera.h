@@ -317,7 +317,10 @@ typedef struct tsr_session_stats {
                                  boards: cycles at the clock, plus each
                                  launch's latency, plus every host<->device
                                  copy at the link's latency and bandwidth,
-                                 plus the host's work around the tiles    */
+                                 plus the runtime's host work around the
+                                 launches (not the backend's own copy and
+                                 submit time, which the link model stands
+                                 for)                                     */
   uint64_t bytes_to_device;   /* activations + descriptors (not weights)  */
   uint64_t bytes_from_device; /* results                                  */
   uint64_t weight_bytes;      /* weights uploaded at session creation     */
