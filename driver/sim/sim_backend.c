@@ -17,8 +17,9 @@
  * DESC_DONE and the performance counters. Launches queue in the shared
  * command queue (driver/queue.h) and the next starts when the previous
  * completes; time only advances inside wait(), whose polls run the clock a
- * slice at a time (growing from 1024 cycles to 2^20) and honour both the
- * wall-clock timeout and a budget of simulated cycles per launch. Buffer
+ * slice at a time (from 1024 cycles, sized to a few ms of wall time, at most
+ * 2^20 cycles) and honour both the wall-clock timeout and a budget of
+ * simulated cycles per launch. Buffer
  * copies use the backdoor memory functions (no cycles), like a DMA outside
  * the kernel.
  *
@@ -481,17 +482,21 @@ static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_
     return TSR_OK;
   }
   uint64_t budget = dev->chunk < dev->max_cycles - used ? dev->chunk : dev->max_cycles - used;
-  uint64_t ran = 0;
+  uint64_t ran = 0, t0 = tsr_hal_now_ns();
   int rc = dev->api.run(dev->sim, budget, 1, &ran);
+  uint64_t took = tsr_hal_now_ns() - t0;
   if (rc < 0) {
     const char *why = dev->api.last_error ? dev->api.last_error(dev->sim) : NULL;
     return TSR_ERR(DEVICE, "sim: running command %" PRIu64 " failed at cycle %" PRIu64
                    " (%d): %s", head, dev->api.cycles(dev->sim), rc,
                    why && *why ? why : "the RTL model reported an error");
   }
-  /* Grow the slice so long launches spend little time in polls, but keep
-   * it small enough to notice the wall-clock deadline promptly. */
-  if (dev->chunk < (1u << 20)) dev->chunk *= 2;
+  /* Size the slice to a few ms of wall time: long launches spend little
+   * time in polls, the wall-clock deadline is noticed promptly, and the
+   * lock (which other threads' copies and submits need) is never held for
+   * long. */
+  if (took < 2000000 && dev->chunk < (1u << 20)) dev->chunk *= 2;
+  else if (took > 8000000 && dev->chunk > 1024) dev->chunk /= 2;
   if (rc == 1) {
     TSR_RETURN_IF(finish_cmd(dev, head));
     uint64_t next = tsr_queue_oldest_pending(q);
