@@ -929,11 +929,14 @@ static tsr_status_t check_cmd(ocl_device_t *dev, tsr_queue_t *q, uint64_t fence,
   return TSR_OK;
 }
 
-/* Queue hook: one look at the fence's event (never blocks). */
+/* Queue hook: looks at the events of the oldest unfinished commands up to
+ * `fence` (never blocks). Launches run in order on one queue, so this
+ * settles commands nobody waits for too, and the queue can forget them. */
 static tsr_status_t ocl_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_t budget_ns,
                              bool *idle) {
-  bool done = false;
-  TSR_RETURN_IF_ERROR(check_cmd(impl, q, fence, &done), "opencl: command %" PRIu64, fence);
+  bool done = true;
+  for (uint64_t f = tsr_queue_oldest_pending(q); done && f && f <= fence; f++)
+    TSR_RETURN_IF_ERROR(check_cmd(impl, q, f, &done), "opencl: command %" PRIu64, f);
   *idle = !done;
   return TSR_OK;
 }

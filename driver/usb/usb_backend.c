@@ -622,12 +622,18 @@ static tsr_status_t usb_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_qu
   }
 }
 
-/* Queue hook: one STATUS request for `fence`. */
+/* Queue hook: STATUS requests from the oldest open launch up to `fence`
+ * (the board runs them in order), so launches nobody waits for are settled
+ * too and the queue can forget them. */
 static tsr_status_t usb_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_t budget_ns,
                              bool *idle) {
   usb_device_t *dev = impl;
   TSR_RETURN_IF(usable(dev));
-  return poll_status(dev, fence, idle);
+  bool open = false;
+  for (uint64_t f = tsr_queue_oldest_pending(q); !open && f && f <= fence; f++)
+    TSR_RETURN_IF(poll_status(dev, f, &open));
+  *idle = open;
+  return TSR_OK;
 }
 
 static tsr_status_t usb_reset_hook(void *impl, tsr_queue_t *q) {
