@@ -3,7 +3,8 @@
  *
  * Eight threads allocate, write, submit GEMM rings, wait and free at the
  * same time on one device: "fmodel" always, "sim" when the RTL library
- * loads (otherwise that case is reported SKIPPED with the reason). Every
+ * loads and "opencl" when an OpenCL device opens (otherwise that case is
+ * reported SKIPPED with the reason). Every
  * int32 result is compared for equality with a naive triple loop written
  * here; fences handed out across threads must be distinct and cover
  * 1..N. Worker threads record failures in their own slot; the checks (CUnit
@@ -275,6 +276,20 @@ static void test_sim_threads(void) {
   run_threads("sim:mem=16M", 3, 20);
 }
 
+/* The OpenCL kernel (PoCL here) through the ICD loader; skipped when no
+ * OpenCL device opens. */
+static void test_opencl_threads(void) {
+  tsr_hal_device_t *dev = NULL;
+  tsr_status_t s = tsr_hal_open("opencl:mem=64M", &dev);
+  if (s) {
+    tsr_test_skip("opencl does not open here: %s", tsr_status_message(s));
+    tsr_status_free(s);
+    return;
+  }
+  tsr_hal_close(dev);
+  run_threads("opencl:mem=64M", 6, 24);
+}
+
 /* Several threads wait for the same fences while one thread submits. */
 typedef struct waiter {
   tsr_hal_device_t *dev;
@@ -371,6 +386,7 @@ int main(void) {
   CU_pSuite s = CU_add_suite("one device, many threads", NULL, NULL);
   CU_add_test(s, "fmodel: 8 threads alloc/write/submit/wait/free", test_fmodel_threads);
   CU_add_test(s, "sim: 8 threads alloc/write/submit/wait/free", test_sim_threads);
+  CU_add_test(s, "opencl: 8 threads alloc/write/submit/wait/free", test_opencl_threads);
   CU_add_test(s, "fmodel: 4 threads wait for one fence", test_shared_fence);
   CU_add_test(s, "fmodel: reset while threads wait", test_reset_while_waiting);
   return tsr_test_run_all();
