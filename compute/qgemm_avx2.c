@@ -24,9 +24,10 @@ TSR_INLINE __m256i widen16(const int8_t *p) {
   return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* MA rows of A x NW rows of W, all of K. The callers use MA <= 4 and
- * NW <= 2: 8 accumulators, 2 widened W rows and an A row fit the 16 ymm
- * registers (4 x 4 spilled its accumulators to the stack on every step). */
+/* MA rows of A x NW rows of W, all of K. The callers use MA <= 4 with
+ * NW <= 2 (8 accumulators, 2 widened W rows and an A row fit the 16 ymm
+ * registers; 4 x 4 spilled its accumulators on every step), and NW = 4 for
+ * one row only. */
 TSR_INLINE void tile(int MA, int NW, int32_t *c, size_t ldc, const int8_t *a, size_t lda,
                      const int8_t *w, size_t ldw, int32_t k) {
   __m256i acc[4][4];
@@ -65,6 +66,8 @@ TSR_INLINE void group(int NW, int32_t *c, size_t ldc, const int8_t *a, size_t ld
 void tsr_qgemm_rows_avx2(int32_t *c, size_t ldc, const int8_t *a, size_t lda,
                          const int8_t *w, size_t ldw, int32_t m, int32_t n, int32_t k) {
   int32_t j = 0;
+  if (m == 1) /* GEMV: four W rows in flight keep more of the memory stream busy */
+    for (; j + 4 <= n; j += 4) group(4, c + j, ldc, a, lda, w + (size_t)j * ldw, ldw, m, k);
   for (; j + 2 <= n; j += 2) group(2, c + j, ldc, a, lda, w + (size_t)j * ldw, ldw, m, k);
   for (; j < n; ++j) group(1, c + j, ldc, a, lda, w + (size_t)j * ldw, ldw, m, k);
 }
