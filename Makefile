@@ -96,7 +96,7 @@ test: tests
 # -fsanitize=thread; tests/e2e/tsan.sh runs them (against this build's RTL
 # library, which is not instrumented: the sim backend serializes its calls).
 TSAN_BUILD := $(BUILD)-tsan
-TSAN_TESTS := test_batch test_queue
+TSAN_TESTS := test_batch test_queue test_device_api
 .PHONY: tsan-tests test-tsan
 tsan-tests:
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O1 CFLAGS="-fsanitize=thread" \

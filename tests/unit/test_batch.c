@@ -31,19 +31,6 @@
 static char model_path[512], tiny_path[512];
 static int have_sim;
 
-static int gen(char *path, size_t cap, const char *name, int dim, int hidden, int layers,
-               int heads, int kv, int seq_len, uint64_t seed) {
-  tsr_gen_params_t p;
-  tsr_status_t s = tsr_gen_preset("stories260K", &p);
-  p.dim = dim; p.hidden_dim = hidden; p.n_layers = layers; p.n_heads = heads;
-  p.n_kv_heads = kv; p.vocab_size = VOCAB; p.seq_len = seq_len; p.seed = seed;
-  snprintf(path, cap, "%s/%s.gguf", tsr_test_tmpdir(), name);
-  if (!s) s = tsr_gen_model_write(path, &p);
-  if (s) fprintf(stderr, "setup: %s\n", tsr_status_message(s));
-  tsr_status_free(s);
-  return s ? 1 : 0;
-}
-
 static int setup(void) {
   tsr_hal_device_t *d = NULL;
   tsr_status_t s = tsr_hal_open("sim", &d);
@@ -51,8 +38,9 @@ static int setup(void) {
   if (s) fprintf(stderr, "sim unavailable: %s\n", tsr_status_message(s));
   tsr_status_free(s);
   tsr_hal_close(d);
-  return gen(model_path, sizeof model_path, "batch", 48, 100, 3, 6, 3, 128, 7) ||
-         gen(tiny_path, sizeof tiny_path, "tiny", 32, 64, 2, 4, 2, 64, 9);
+  return tsr_test_gen_model(model_path, sizeof model_path, "batch", 48, 100, 3, 6, 3, VOCAB,
+                            128, 7) ||
+         tsr_test_gen_model(tiny_path, sizeof tiny_path, "tiny", 32, 64, 2, 4, 2, VOCAB, 64, 9);
 }
 
 /* ---- schedules ---- */

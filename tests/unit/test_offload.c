@@ -15,24 +15,14 @@
 
 static char small_model[512], odd_model[512], big_model[512];
 
-static int gen(char *path, size_t cap, const char *name, int dim, int hidden, int layers,
-               int heads, int kv, int vocab) {
-  tsr_gen_params_t p;
-  tsr_status_t s = tsr_gen_preset("stories260K", &p);
-  p.dim = dim; p.hidden_dim = hidden; p.n_layers = layers; p.n_heads = heads;
-  p.n_kv_heads = kv; p.vocab_size = vocab; p.seq_len = 128; p.seed = 5;
-  snprintf(path, cap, "%s/%s.gguf", tsr_test_tmpdir(), name);
-  if (!s) s = tsr_gen_model_write(path, &p);
-  if (s) fprintf(stderr, "setup: %s\n", tsr_status_message(s));
-  tsr_status_free(s);
-  return s ? 1 : 0;
-}
-
 static int setup(void) {
-  return gen(small_model, sizeof small_model, "small", 64, 172, 5, 8, 4, 512) ||
+  return tsr_test_gen_model(small_model, sizeof small_model, "small", 64, 172, 5, 8, 4, 512,
+                            128, 5) ||
          /* odd everything: dims not multiples of 16, classifier above one N chunk */
-         gen(odd_model, sizeof odd_model, "odd", 72, 200, 3, 6, 3, TSR_TILE_N_CHUNK + 3) ||
-         gen(big_model, sizeof big_model, "big", 1024, 2816, 1, 16, 16, 512);
+         tsr_test_gen_model(odd_model, sizeof odd_model, "odd", 72, 200, 3, 6, 3,
+                            TSR_TILE_N_CHUNK + 3, 128, 5) ||
+         tsr_test_gen_model(big_model, sizeof big_model, "big", 1024, 2816, 1, 16, 16, 512, 128,
+                            5);
 }
 
 /* --split for the next rig_open. */

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host/src/model_file.h"
+
 const char *tsr_test_models_dir(void) {
   const char *d = getenv("TSR_MODELS_DIR");
   return d && *d ? d : "../shared/models";
@@ -220,4 +222,24 @@ int tsr_test_run_all(void) {
   }
   fflush(stdout);
   return 0;
+}
+
+int tsr_test_gen_model(char *path, size_t cap, const char *name, int dim, int hidden,
+                       int layers, int heads, int kv_heads, int vocab, int seq_len,
+                       uint64_t seed) {
+  tsr_gen_params_t p;
+  tsr_status_t s = tsr_gen_preset("stories260K", &p);
+  p.dim = dim;
+  p.hidden_dim = hidden;
+  p.n_layers = layers;
+  p.n_heads = heads;
+  p.n_kv_heads = kv_heads;
+  p.vocab_size = vocab;
+  p.seq_len = seq_len;
+  p.seed = seed;
+  snprintf(path, cap, "%s/%s.gguf", tsr_test_tmpdir(), name);
+  if (!s) s = tsr_gen_model_write(path, &p);
+  if (s) fprintf(stderr, "generating %s: %s\n", name, tsr_status_message(s));
+  tsr_status_free(s);
+  return s ? 1 : 0;
 }

@@ -18,6 +18,13 @@ const char *tsr_test_model_path(const char *file);
 /* Scratch directory for a test program (created; under build/). */
 const char *tsr_test_tmpdir(void);
 
+/* Writes a generated llama GGUF (the stories260K preset with these sizes,
+ * F32 weights) to TMPDIR/NAME.gguf and puts its path in path (cap bytes).
+ * Returns 0, or 1 after printing why it could not. */
+int tsr_test_gen_model(char *path, size_t cap, const char *name, int dim, int hidden,
+                       int layers, int heads, int kv_heads, int vocab, int seq_len,
+                       uint64_t seed);
+
 /* splitmix64, as in the gemm CLI contract. */
 static inline uint64_t tsr_test_splitmix64(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
