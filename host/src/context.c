@@ -106,6 +106,10 @@ static tsr_status_t open_devices(tsr_context_t *ctx) {
     tsr_status_t s = tsr_hal_open(d->spec, &d->hal);
     if (s) {
       snprintf(d->unavailable, sizeof d->unavailable, "%s", tsr_status_message(s));
+      /* a malformed spec is the caller's error, not a device to fall back from */
+      const tsr_status_code_t code = tsr_status_code(s);
+      if (code == TSR_STATUS_INVALID_ARGUMENT || code == TSR_STATUS_OUT_OF_RANGE)
+        return s;
       if (!ctx->opts.fallback)
         return tsr_status_annotate(s, "device '%s' (fallback is off)", d->spec);
       tsr_ctx_warn(ctx, "device '%s' unavailable, its work runs on the CPU: %s", d->spec,

@@ -404,6 +404,12 @@ static void test_errors(void) {
   o.split = (tsr_split_t)7;
   o.placement = NULL;
   TSR_ASSERT_ERR(tsr_context_create(&o, &ctx), TSR_STATUS_INVALID_ARGUMENT, "unknown split");
+  /* a malformed device spec is an error even with fallback on (no silent CPU) */
+  o.split = TSR_SPLIT_LAYERS;
+  o.fallback = true;
+  o.devices = "fmodel:rows=0";
+  TSR_ASSERT_ERR(tsr_context_create(&o, &ctx), TSR_STATUS_OUT_OF_RANGE, "rows=0");
+  CU_ASSERT_PTR_NULL(ctx);
 }
 
 /* ---- threads ---- */
