@@ -85,7 +85,8 @@ static tsr_status_t split_devices(tsr_context_t *ctx) {
 /* Opens every entry of the device list. An entry that cannot be opened
  * stays in the list without a device: with fallback on, its work runs on
  * the host (and the reason is reported); with fallback off, creating the
- * context fails. */
+ * context fails. A malformed entry (an option out of range, an unknown
+ * one) fails creating the context either way. */
 static tsr_status_t open_devices(tsr_context_t *ctx) {
   TSR_RETURN_IF(split_devices(ctx));
   for (int i = 0; i < ctx->n_devs; i++) {
