@@ -384,7 +384,8 @@ TSR_API void tsr_engine_destroy(tsr_engine_t *engine);
 TSR_API TSR_MUST_USE tsr_status_t tsr_seq_create(tsr_engine_t *engine, tsr_seq_t **out_seq);
 /* Releases `seq` (NULL accepted). Other sequences are unaffected. */
 TSR_API void tsr_seq_destroy(tsr_seq_t *seq);
-/* Forgets the sequence's cache (position 0). */
+/* Forgets the sequence's cache (position 0); the sequence then evaluates
+ * exactly as a new one. */
 TSR_API void tsr_seq_reset(tsr_seq_t *seq);
 /* Positions already in the sequence's cache. */
 TSR_API int32_t tsr_seq_pos(const tsr_seq_t *seq);
@@ -395,7 +396,8 @@ TSR_API TSR_MUST_USE tsr_status_t tsr_batch_create(size_t max_entries, tsr_batch
 TSR_API void tsr_batch_destroy(tsr_batch_t *batch);
 /* Empties the batch (entries and logits). */
 TSR_API void tsr_batch_clear(tsr_batch_t *batch);
-/* Adds an entry: `n` tokens (copied) of `seq` at its next positions;
+/* Adds an entry: `n` tokens (copied) of `seq` (borrowed: it must stay alive
+ * until the batch is cleared or destroyed) at its next positions;
  * n == 1 is a decode step, n > 1 a prefill chunk. `want_logits` asks for
  * the logits of the entry's last token. A sequence appears at most once
  * per batch. *out_index (optional) receives the entry's index. */

@@ -135,7 +135,11 @@ void tsr_seq_destroy(tsr_seq_t *s) {
 }
 
 void tsr_seq_reset(tsr_seq_t *s) {
-  if (s) s->pos = 0;
+  if (!s) return;
+  s->pos = 0;
+  /* the device copies are rewritten from position 0 by the next appends */
+  for (int32_t l = 0; s->kv_ok && l < s->eng->model->cfg.n_layers; l++)
+    s->kv_ok[l] = s->kv_dev[l] >= 0;
 }
 
 int32_t tsr_seq_pos(const tsr_seq_t *s) { return s ? s->pos : 0; }

@@ -332,6 +332,56 @@ static void test_sim(void) {
              short_mix, N_SHORT, 256);
 }
 
+/* A sequence reset while another continues evaluates exactly as a new one. */
+static void test_reset(void) {
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, model_path, "fmodel", TSR_SPLIT_LAYERS));
+  tsr_session_options_t so;
+  tsr_session_options_init(&so);
+  so.precision = TSR_PRECISION_INT8;
+  TSR_ASSERT_OK(tsr_attn_pattern_parse("topk:2,block:4", &so.attn));
+  tsr_engine_t *e = NULL;
+  tsr_seq_t *a = NULL, *b = NULL, *fresh = NULL;
+  tsr_batch_t *bt = NULL;
+  TSR_ASSERT_OK(tsr_engine_create(r.model, &so, &e));
+  TSR_ASSERT_OK(tsr_seq_create(e, &a));
+  TSR_ASSERT_OK(tsr_seq_create(e, &b));
+  TSR_ASSERT_OK(tsr_seq_create(e, &fresh));
+  TSR_ASSERT_OK(tsr_batch_create(0, &bt));
+  int32_t p1[13], p2[9];
+  for (int i = 0; i < 13; i++) p1[i] = 3 + 7 * i;
+  for (int i = 0; i < 9; i++) p2[i] = 11 + 5 * i;
+  float *want = malloc(sizeof(float) * (size_t)r.vocab);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+  /* the fresh sequence alone on p2 */
+  TSR_ASSERT_OK(tsr_batch_add(bt, fresh, p2, 9, true, NULL));
+  TSR_ASSERT_OK(tsr_engine_eval(e, bt));
+  memcpy(want, tsr_batch_logits(bt, 0), sizeof(float) * (size_t)r.vocab);
+  /* a and b on p1, then a reset and fed p2 while b decodes */
+  tsr_batch_clear(bt);
+  TSR_ASSERT_OK(tsr_batch_add(bt, a, p1, 13, true, NULL));
+  TSR_ASSERT_OK(tsr_batch_add(bt, b, p1, 13, true, NULL));
+  TSR_ASSERT_OK(tsr_engine_eval(e, bt));
+  tsr_seq_reset(a);
+  CU_ASSERT_EQUAL(tsr_seq_pos(a), 0);
+  tsr_batch_clear(bt);
+  TSR_ASSERT_OK(tsr_batch_add(bt, b, p1, 1, true, NULL));
+  TSR_ASSERT_OK(tsr_batch_add(bt, a, p2, 9, true, NULL));
+  TSR_ASSERT_OK(tsr_engine_eval(e, bt));
+  const float *got = tsr_batch_logits(bt, 1);
+  CU_ASSERT_PTR_NOT_NULL(got);
+  if (got) CU_ASSERT_EQUAL(memcmp(got, want, sizeof(float) * (size_t)r.vocab), 0);
+  CU_ASSERT_EQUAL(tsr_seq_pos(a), 9);
+  CU_ASSERT_EQUAL(tsr_seq_pos(b), 14);
+  free(want);
+  tsr_batch_destroy(bt);
+  tsr_seq_destroy(a);
+  tsr_seq_destroy(b);
+  tsr_seq_destroy(fresh);
+  tsr_engine_destroy(e);
+  rig_close(&r);
+}
+
 /* ---- the API's checks ---- */
 
 static void test_errors(void) {
@@ -537,6 +587,7 @@ int main(void) {
   CU_add_test(s, "batch = solo on fmodel", test_fmodel);
   CU_add_test(s, "--split rows and layers on fmodel,fmodel", test_split);
   CU_add_test(s, "batch = solo on sim (RTL)", test_sim);
+  CU_add_test(s, "a sequence reset mid-run = a new one", test_reset);
   CU_add_test(s, "API checks", test_errors);
   CU_add_test(s, "8 threads on fmodel", test_threads_fmodel);
   CU_add_test(s, "8 threads on sim", test_threads_sim);
