@@ -102,8 +102,9 @@ static tsr_status_t pick_cache_dir(char *out, size_t cap) {
            (long)geteuid());
   for (int i = 0; i < n; i++) {
     if (mkdir_p(cand[i]) && dir_is_private(cand[i])) {
-      if (strlen(cand[i]) >= cap) continue;
-      snprintf(out, cap, "%s", cand[i]);
+      const size_t len = strlen(cand[i]);
+      if (len >= cap) continue;
+      memcpy(out, cand[i], len + 1);
       return TSR_OK;
     }
     if (i == 0 && env && *env)
@@ -232,8 +233,13 @@ static tsr_status_t prepare(void) {
   if (dlinfo(api_lib, RTLD_DI_ORIGIN, origin) != 0 || !origin[0])
     return TSR_ERR(UNAVAILABLE, "xrt: cannot find the directory %s was loaded from",
                    lib_name);
-  snprintf(api.lib_path, sizeof api.lib_path, "%s/%s", origin,
-           strrchr(lib_name, '/') ? strrchr(lib_name, '/') + 1 : lib_name);
+  const char *base = strrchr(lib_name, '/') ? strrchr(lib_name, '/') + 1 : lib_name;
+  if (strlen(origin) + 1 + strlen(base) >= sizeof api.lib_path)
+    return TSR_ERR(UNAVAILABLE, "xrt: the path of %s is longer than %zu bytes", lib_name,
+                   sizeof api.lib_path - 1);
+  memcpy(api.lib_path, origin, strlen(origin));
+  api.lib_path[strlen(origin)] = '/';
+  memcpy(api.lib_path + strlen(origin) + 1, base, strlen(base) + 1);
 
   /* Mode: the user's XCL_EMULATION_MODE, else hardware if a board is bound
    * to xocl, else noop. */
@@ -278,7 +284,13 @@ static tsr_status_t prepare(void) {
                      "prepare a private one", user_xrt, shim);
     snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", user_xrt);
   } else {
-    snprintf(path, sizeof path, "%s/%s", origin, shim);
+    if (strlen(origin) + 1 + strlen(shim) >= sizeof path)
+      return TSR_ERR(UNAVAILABLE, "xrt: the path of the XRT shim %s is longer than %zu bytes",
+                     shim, sizeof path - 1);
+    const size_t ol = strlen(origin);
+    memcpy(path, origin, ol);
+    path[ol] = '/';
+    memcpy(path + ol + 1, shim, strlen(shim) + 1);
     if (access(path, R_OK) != 0)
       return TSR_ERR(UNAVAILABLE, "xrt: the XRT shim %s for mode '%s' is not installed next "
                      "to %s", shim, api.mode, api.lib_path);
