@@ -1,9 +1,10 @@
 /* ops.c - the light CPU ops of the llama forward pass (norms, RoPE, softmax,
  * SwiGLU). Written to follow llama2.c's arithmetic order so the fp32 path
  * reproduces its outputs. */
-#include <math.h>
+#include "compute/ops.h"
 
-#include "host/src/internal.h"
+#include <math.h>
+#include <stddef.h>
 
 void tsr_rmsnorm(float *out, const float *x, const float *w, int32_t n, float eps) {
   float ss = 0.0f;

@@ -11,12 +11,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "compute/ops.h"
+#include "compute/qgemm.h"
 #include "driver/hal.h"
 #include "model_file.h"
-#include "compute/qgemm.h"
-#include "base/status.h"
 #include "tessera.h"
-#include "base/threadpool.h"
 
 /* One entry of the context's device list. */
 typedef struct tsr_ctx_device {
@@ -101,13 +102,5 @@ void tsr_tokenizer_free(tsr_tokenizer_t *t);
 tsr_status_t tsr_tokenizer_encode(const tsr_tokenizer_t *t, const char *text, bool bos,
                                   bool eos, int32_t *tokens, size_t cap, size_t *n);
 const char *tsr_tokenizer_piece(const tsr_tokenizer_t *t, int32_t prev, int32_t token);
-
-/* Row-wise CPU ops (ops.c), output first. */
-void tsr_rmsnorm(float *out, const float *x, const float *w, int32_t n, float eps);
-void tsr_softmax(float *x, int32_t n);
-/* Rotates pairs (2i, 2i+1) of the first `rot_dim` entries of `vec` of each of
- * `n_heads` heads of `head_dim` values, for position `pos`. */
-void tsr_rope(float *vec, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);
-void tsr_swiglu(float *gate, const float *up, int32_t n);
 
 #endif

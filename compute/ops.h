@@ -1,0 +1,20 @@
+/*
+ * ops.h - the row-wise fp32 ops of the llama forward pass (ops.c): norms,
+ * softmax, RoPE, SwiGLU, in llama2.c's arithmetic order.
+ *
+ * Internal header (compute layer). Output first.
+ */
+#ifndef TSR_OPS_H
+#define TSR_OPS_H
+
+#include <stdint.h>
+
+void tsr_rmsnorm(float *out, const float *x, const float *w, int32_t n, float eps);
+void tsr_softmax(float *x, int32_t n);
+/* Rotates pairs (2i, 2i+1) of each of `n_heads` heads of `head_dim` values,
+ * for position `pos`. */
+void tsr_rope(float *vec, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);
+/* gate = silu(gate) * up, n values. */
+void tsr_swiglu(float *gate, const float *up, int32_t n);
+
+#endif
