@@ -359,8 +359,8 @@ TSR_API void tsr_session_reset(tsr_session_t *session);
  * Equality: an entry's logits do not depend on the other entries of its
  * batch. With int8 precision they are bit-identical to those of the same
  * sequence evaluated alone with the same chunks; with fp32 the BLAS kernel
- * may round differently for a different number of rows (observed: none on
- * the shipped models; the tests allow 1e-4 of the logits' range). With the
+ * may round differently for a different number of rows (observed: a few
+ * 1e-7 of the logits' range; the tests allow 1e-4). With the
  * topk attention pattern the key blocks chosen for a query block depend on
  * the rows of that block evaluated together, so equality holds for the same
  * chunking of the sequence (any other pattern: any chunking). */
