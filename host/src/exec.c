@@ -37,10 +37,6 @@ static inline void window_cover(uint64_t *lo, uint64_t *hi, const tsr_hal_buffer
   if (b->addr + b->size > *hi) *hi = b->addr + b->size;
 }
 
-static int32_t row_chunk(const tsr_exec_dev_t *d) {
-  return d->cd->caps.max_dim ? (int32_t)d->cd->caps.max_dim : 4096;
-}
-
 static void free_staging(tsr_exec_dev_t *d) {
   tsr_dio_free(d, &d->a);
   tsr_dio_free(d, &d->c);
@@ -53,12 +49,21 @@ static void free_staging(tsr_exec_dev_t *d) {
 static tsr_status_t alloc_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
   const int32_t R = o->max_rows;
   /* matmul: A = R rows of the widest input; C = R rows of the widest group;
-   * ring: every member's column chunks times row chunks */
+   * ring: the most descriptors a group's launch of R rows takes */
   d->a_cap = (uint64_t)R * (uint64_t)o->k_max;
   d->c_cap = (uint64_t)R * (uint64_t)o->group_n_max * 4;
-  int32_t ns[1] = {o->group_n_max};
-  d->ring_cap = (uint64_t)(tsr_tile_descs(ns, 1, TSR_TILE_N_CHUNK, R, row_chunk(d)) + 8) *
-                TSR_HW_DESC_BYTES;
+  const tsr_graph_t *g = &o->graph;
+  int32_t descs = 1;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const tsr_node_t *n = &g->nodes[i];
+    if (n->op != TSR_NODE_MATMUL || n->group != i) continue;
+    int32_t ns[8];
+    for (int j = 0; j < n->group_size; j++) ns[j] = g->nodes[i + j].n;
+    const int32_t nd =
+        tsr_tile_descs(ns, n->group_size, TSR_TILE_N_CHUNK, R, tsr_tile_m_chunk(&d->cd->caps));
+    if (nd > descs) descs = nd;
+  }
+  d->ring_cap = (uint64_t)descs * TSR_HW_DESC_BYTES;
   if (o->attn.kind != TSR_ATTN_REFERENCE) {
     /* attention: A is Qq or P', C the score or PV partials, one descriptor
      * per pair */
@@ -158,11 +163,14 @@ static tsr_status_t alloc_scratch(tsr_exec_t *o) {
   o->att = malloc(sizeof(float) * (size_t)n_threads * (size_t)o->max_seq);
   o->logits = malloc(sizeof(float) * R * (size_t)c->vocab_size);
   o->logit_rows = malloc(sizeof(int32_t) * R);
+  o->row_entry = malloc(sizeof(int32_t) * R);
+  o->pass = malloc(sizeof(tsr_pass_entry_t) * R);
   o->qa = malloc(R * widest_in);
   o->qa_scale = malloc(sizeof(float) * R);
   o->acc = malloc(sizeof(int32_t) * R * widest_out);
   if (!o->x || !o->xb || !o->xb2 || !o->hb || !o->hb2 || !o->q || !o->k || !o->v || !o->att ||
-      !o->logits || !o->logit_rows || !o->qa || !o->qa_scale || !o->acc)
+      !o->logits || !o->logit_rows || !o->row_entry || !o->pass || !o->qa || !o->qa_scale ||
+      !o->acc)
     return TSR_ERR(RESOURCE_EXHAUSTED, "engine: scratch for %zu rows", R);
   return TSR_OK;
 }
@@ -292,6 +300,8 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   free(o->att);
   free(o->logits);
   free(o->logit_rows);
+  free(o->row_entry);
+  free(o->pass);
   free(o->qa);
   free(o->qa_scale);
   free(o->acc);
@@ -497,7 +507,7 @@ typedef struct {
 static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
                        const tsr_offload_scratch_t *sc) {
   const members_t *gr = sh->gr;
-  const int32_t mc = row_chunk(d);
+  const int32_t mc = tsr_tile_m_chunk(&d->cd->caps);
   uint32_t nd = 0;
   uint64_t c_off = 0;
   for (int j = 0; j < gr->count; j++) {
@@ -572,8 +582,8 @@ static tsr_status_t run_members(tsr_exec_t *o, const members_t *gr, const int *d
     s->gr = gr;
     s->r0 = tsr_rows_share(R, nd, i);
     s->rows = tsr_rows_share(R, nd, i + 1) - s->r0;
-    tsr_exec_dev_t *d = devs[i] >= 0 ? &o->devs[devs[i]] : NULL;
-    if (!s->rows || !d || d->cd->host) continue;
+    tsr_exec_dev_t *d = &o->devs[devs[i]];
+    if (!s->rows || d->cd->host) continue;
     bool resident = d->usable;
     for (int j = 0; j < gr->count && resident; j++)
       resident = o->weight_on[weight_index(o, gr->m[j], devs[i])];
@@ -590,7 +600,8 @@ static tsr_status_t run_members(tsr_exec_t *o, const members_t *gr, const int *d
     mm_prepare(o, s, d, sc);
     s->pending = launch_submit(o, &s->lc.l);
   }
-  /* the host's shares (rows of host entries and of devices that cannot) */
+  /* the host's shares (rows of host entries and of devices that cannot):
+   * computed and dequantized before any device's C is read back into acc */
   for (int i = 0; i < nd; i++)
     if (sh[i].rows && !sh[i].locked) host_members(o, gr, sh[i].r0, sh[i].rows, x, sc);
   /* then wait for the devices in order */
@@ -705,7 +716,6 @@ tsr_status_t tsr_exec_seq_attach(tsr_exec_t *o, tsr_seq_t *s) {
     }
     s->kv_dev[l] = e;
     s->kv_ok[l] = true;
-    s->kv_dev_bytes += bytes;
   }
   return TSR_OK;
 }

@@ -238,19 +238,11 @@ const float *tsr_batch_logits(const tsr_batch_t *b, size_t index) {
 
 /* ---- the forward pass ---- */
 
-/* A pass: a slice of each entry's tokens. Rows are stacked in order. */
-typedef struct pass_entry {
-  tsr_seq_t *seq;
-  const int32_t *tokens;
-  int32_t n, pos0, row0;
-  int32_t logit_row; /* row into the pass's logits, or -1 */
-} pass_entry_t;
-
 /* Reference attention of the rows of one pass, one task per (row, head):
  * each row over its own sequence's cache. */
 typedef struct {
   tsr_exec_t *o;
-  const pass_entry_t *pe;
+  const tsr_pass_entry_t *pe;
   const int32_t *row_entry; /* (R) entry of each row */
   int32_t layer;
 } attn_args_t;
@@ -262,7 +254,7 @@ static void attn_task(void *arg, int task, int thread) {
   const int32_t hs = c->head_dim, kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
   const int32_t kv_mul = c->n_heads / c->n_kv_heads;
   const int32_t r = task / c->n_heads, h = task % c->n_heads;
-  const pass_entry_t *pe = &a->pe[a->row_entry[r]];
+  const tsr_pass_entry_t *pe = &a->pe[a->row_entry[r]];
   const tsr_seq_t *s = pe->seq;
   const int32_t pos = pe->pos0 + (r - pe->row0);
   const size_t loff = (size_t)a->layer * (size_t)s->max_seq * (size_t)kv_dim;
@@ -286,8 +278,9 @@ static void attn_task(void *arg, int task, int thread) {
 }
 
 /* Evaluates one pass of R <= max_rows rows by interpreting the graph. */
-static tsr_status_t forward_pass(tsr_exec_t *o, const pass_entry_t *pe, int n_e, int32_t R,
-                                 int32_t n_logits, int32_t *row_entry) {
+static tsr_status_t forward_pass(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_e, int32_t R,
+                                 int32_t n_logits) {
+  int32_t *row_entry = o->row_entry;
   const tsr_model_t *m = o->model;
   const tsr_model_config_t *c = &m->cfg;
   const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
@@ -422,57 +415,54 @@ static tsr_status_t engine_eval(tsr_exec_t *o, tsr_batch_t *b) {
     if (e->want_logits) e->logits_off = want++ * (size_t)vocab;
   }
   TSR_RETURN_IF(batch_logits_reserve(b, want, vocab));
-  /* Passes of at most max_rows rows; an entry longer than what is left of a
-   * pass continues in the next. */
-  pass_entry_t *pe = malloc(sizeof *pe * (b->n ? b->n : 1));
-  int32_t *row_entry = malloc(sizeof(int32_t) * (size_t)o->max_rows);
-  size_t *done = calloc(b->n ? b->n : 1, sizeof(size_t));
-  if (!pe || !row_entry || !done) {
-    free(pe);
-    free(row_entry);
-    free(done);
-    return TSR_ERR(RESOURCE_EXHAUSTED, "eval: %zu entries", b->n);
-  }
+  /* Passes of at most max_rows rows, entries in order; an entry longer than
+   * what is left of a pass continues in the next (entries [first, ...) with
+   * `done` tokens of the first already evaluated). */
+  tsr_pass_entry_t *pe = o->pass;
   tsr_status_t st = TSR_OK;
-  size_t first = 0; /* entries before it are complete */
+  size_t first = 0, done = 0;
   while (!st && first < b->n) {
     int n_e = 0;
     int32_t R = 0, n_logits = 0;
-    size_t idx[1024];
-    for (size_t i = first; i < b->n && R < o->max_rows && n_e < 1024; i++) {
-      batch_entry_t *e = &b->e[i];
-      const size_t left = e->n - done[i];
+    for (size_t i = first; i < b->n && R < o->max_rows; i++) {
+      const batch_entry_t *e = &b->e[i];
+      const size_t skip = i == first ? done : 0, left = e->n - skip;
       const int32_t take = (int32_t)(left < (size_t)(o->max_rows - R) ? left
                                                                        : (size_t)(o->max_rows - R));
-      pe[n_e] = (pass_entry_t){e->seq, b->tokens + e->tok0 + done[i], take, e->seq->pos, R, -1};
-      if (e->want_logits && done[i] + (size_t)take == e->n) {
+      pe[n_e] = (tsr_pass_entry_t){e->seq, b->tokens + e->tok0 + skip, take, e->seq->pos, R, -1};
+      if (e->want_logits && skip + (size_t)take == e->n) {
         pe[n_e].logit_row = n_logits;
         o->logit_rows[n_logits++] = R + take - 1;
       }
-      idx[n_e++] = i;
+      n_e++;
       R += take;
     }
-    st = forward_pass(o, pe, n_e, R, n_logits, row_entry);
+    st = forward_pass(o, pe, n_e, R, n_logits);
     if (st) {
-      st = tsr_status_annotate(st, "evaluating %d row(s) of entries %zu..%zu", R, idx[0],
-                               idx[n_e - 1]);
+      st = tsr_status_annotate(st, "evaluating %d row(s) of entries %zu..%zu", R, first,
+                               first + (size_t)n_e - 1);
       break;
     }
     for (int j = 0; j < n_e; j++) {
-      batch_entry_t *e = &b->e[idx[j]];
+      batch_entry_t *e = &b->e[first + (size_t)j];
       e->seq->pos += pe[j].n;
-      done[idx[j]] += (size_t)pe[j].n;
       if (pe[j].logit_row >= 0) {
         memcpy(b->logits + e->logits_off, o->logits + (size_t)pe[j].logit_row * vocab,
                sizeof(float) * (size_t)vocab);
         e->has_logits = true;
       }
     }
-    while (first < b->n && done[first] == b->e[first].n) first++;
+    /* the last entry of the pass may be partial */
+    const size_t last = first + (size_t)n_e - 1;
+    const size_t last_done = (n_e == 1 ? done : 0) + (size_t)pe[n_e - 1].n;
+    if (last_done == b->e[last].n) {
+      first = last + 1;
+      done = 0;
+    } else {
+      first = last;
+      done = last_done;
+    }
   }
-  free(pe);
-  free(row_entry);
-  free(done);
   return st;
 }
 

@@ -103,9 +103,17 @@ struct tsr_seq {
   tsr_hal_buffer_t *kv_buf;  /* (n_layers) */
   int *kv_dev;               /* (n_layers) device holding it, -1 = none */
   bool *kv_ok;               /* device copy complete (an append failed: false) */
-  uint64_t kv_dev_bytes;
   uint64_t id;               /* creation order in the engine */
 };
+
+/* One entry's rows in a forward pass: `n` tokens of `seq` at positions
+ * pos0.., rows row0.. of the pass; logits row, or -1 (forward.c). */
+typedef struct tsr_pass_entry {
+  tsr_seq_t *seq;
+  const int32_t *tokens;
+  int32_t n, pos0, row0;
+  int32_t logit_row;
+} tsr_pass_entry_t;
 
 struct tsr_engine {
   tsr_context_t *ctx;
@@ -138,6 +146,8 @@ struct tsr_engine {
   /* forward-pass scratch for max_rows rows (forward.c) */
   float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att, *logits;
   int32_t *logit_rows;       /* (max_rows) batch row of each logits row */
+  int32_t *row_entry;        /* (max_rows) pass entry of each row */
+  tsr_pass_entry_t *pass;    /* (max_rows) the entries of one pass */
   int8_t *qa;
   float *qa_scale;
   int32_t *acc;

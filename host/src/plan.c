@@ -135,8 +135,7 @@ static int layer_entry(const tsr_exec_t *o, int32_t layer) {
  * one copy out per member. */
 static double transfer_cost(const tsr_hal_caps_t *c, int32_t m, int32_t k, const int32_t *ns,
                             int count) {
-  const int32_t m_chunk = c->max_dim ? (int32_t)c->max_dim : 4096;
-  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, m_chunk);
+  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, tsr_tile_m_chunk(c));
   double bytes = (double)m * k + (double)descs * TSR_HW_DESC_BYTES;
   for (int i = 0; i < count; i++) bytes += 4.0 * m * ns[i];
   return c->link_latency_s * (2 + count) +

@@ -60,5 +60,9 @@ void tsr_plan_totals(const tsr_plan_t *p, const tsr_graph_t *g, double *cpu_s,
 int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk, int32_t m,
                        int32_t m_chunk);
 #define TSR_TILE_N_CHUNK 4096
+/* Rows per descriptor on a device: its largest M. */
+static inline int32_t tsr_tile_m_chunk(const tsr_hal_caps_t *c) {
+  return c->max_dim ? (int32_t)c->max_dim : TSR_TILE_N_CHUNK;
+}
 
 #endif
