@@ -204,6 +204,8 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     s = tsr_attn_work_init(&o->attn_work, &o->attn_dims, &o->attn,
                            o->max_rows < o->max_seq ? o->max_rows : o->max_seq,
                            tsr_threadpool_size(ctx->pool));
+    o->attn_costs = calloc((size_t)o->n_devs + 1, sizeof *o->attn_costs);
+    if (!s && !o->attn_costs) s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: attention costs");
   }
   if (!s) s = tsr_graph_build(model, &o->graph);
   if (!s) {
@@ -285,6 +287,7 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   for (int p = 0; o->plans && p < o->n_plans; p++) tsr_plan_free(&o->plans[p]);
   free(o->plans);
   tsr_attn_work_free(&o->attn_work);
+  free(o->attn_costs);
   free(o->devs);
   free(o->weights);
   free(o->weight_on);

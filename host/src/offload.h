@@ -106,6 +106,14 @@ struct tsr_seq {
   uint64_t id;               /* creation order in the engine */
 };
 
+/* The cost model's view of one layer's int8 attention for one row on one
+ * device entry (plan.c): host time measured, device and transfer time
+ * modeled, density of the pattern. */
+typedef struct tsr_attn_cost {
+  bool measured;
+  double cpu_s, dev_s, xfer_s, density;
+} tsr_attn_cost_t;
+
 /* One entry's rows in a forward pass: `n` tokens of `seq` at positions
  * pos0.., rows row0.. of the pass; logits row, or -1 (forward.c). */
 typedef struct tsr_pass_entry {
@@ -137,6 +145,7 @@ struct tsr_engine {
   tsr_attn_dims_t attn_dims;
   tsr_attn_work_t attn_work; /* scratch of one sequence's call */
   tsr_attn_stats_t attn_stats;
+  tsr_attn_cost_t *attn_costs; /* (n_devs + 1): [0] the host alone, [e + 1] entry e */
   double light_s[TSR_NODE_OP_COUNT]; /* host time per light op kind */
   uint64_t light_calls[TSR_NODE_OP_COUNT];
   uint64_t passes, pass_rows;        /* forward passes and their rows */

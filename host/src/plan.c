@@ -64,14 +64,15 @@ static double measure_cpu(const tsr_exec_t *o, const tsr_linear_t *w, int32_t m)
   return best;
 }
 
-/* The int8 attention of one layer as the cost model sees it: `rows` rows
- * of one sequence at mid-context. Fills the host time (measured), device
- * time (cycle model), transfer time and the density. */
-static void attn_cost(tsr_exec_t *o, int e, int32_t rows, double *cpu, double *dev,
-                      double *xfer, double *density) {
+/* The int8 attention of one layer as the cost model sees it: one row of one
+ * sequence at mid-context (attention runs per sequence, so a batch costs
+ * this once per sequence). Fills the host time (measured), device time
+ * (cycle model), transfer time and the density. */
+static void attn_measure(tsr_exec_t *o, int e, double *cpu, double *dev, double *xfer,
+                         double *density) {
   tsr_attn_work_t *w = &o->attn_work;
   const tsr_attn_dims_t *d = &o->attn_dims;
-  if (rows > w->max_rows) rows = w->max_rows;
+  const int32_t rows = 1;
   int32_t pos0 = d->max_seq / 2;
   if (pos0 + rows > d->max_seq) pos0 = d->max_seq - rows;
   const size_t q_dim = (size_t)d->n_heads * d->head_dim;
@@ -120,6 +121,17 @@ static void attn_cost(tsr_exec_t *o, int e, int32_t rows, double *cpu, double *d
   }
   tsr_attn_cache_free(&c);
   free(q);
+}
+
+/* attn_measure on device entry e (-1: the host alone), once per engine:
+ * every plan asks the same question. */
+static const tsr_attn_cost_t *attn_cost(tsr_exec_t *o, int e) {
+  tsr_attn_cost_t *c = &o->attn_costs[e + 1];
+  if (!c->measured) {
+    attn_measure(o, e, &c->cpu_s, &c->dev_s, &c->xfer_s, &c->density);
+    c->measured = true;
+  }
+  return c;
 }
 
 /* Which entry of the device list owns `layer` under --split layers (-1:
@@ -341,8 +353,6 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
    * measured when some device could take work. */
   struct { int32_t m, n, k; double s; } cache[32];
   int n_cache = 0;
-  double a_cpu = -1, a_dev = 0, a_xfer = 0, a_dens = 1;
-  int a_e = -3;
   for (int32_t i = 0; attn8 && i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     tsr_place_t *pc = &out->at[i];
@@ -353,10 +363,9 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
     int e = pc->device == TSR_PLACE_ROWS ? -1 : pc->device;
     for (int d = 0; e < 0 && pc->device == TSR_PLACE_ROWS && d < o->n_devs; d++)
       if (capable[(size_t)i * o->n_devs + d]) e = d;
-    if (a_cpu < 0 || e != a_e) {
-      attn_cost(o, e, 1, &a_cpu, &a_dev, &a_xfer, &a_dens);
-      a_e = e;
-    }
+    const tsr_attn_cost_t *ac = attn_cost(o, e);
+    const double a_cpu = ac->cpu_s, a_dev = ac->dev_s, a_xfer = ac->xfer_s,
+                 a_dens = ac->density;
     pc->est_cpu_s = a_cpu * rows;
     if (pc->device == TSR_PLACE_CPU) {
       snprintf(pc->cause + strlen(pc->cause), sizeof pc->cause - strlen(pc->cause),
