@@ -36,8 +36,8 @@
 #include "base/status.h"
 #include "driver/tsr_regmap.h"
 #include "internal.h"
+#include "recover.h"
 
-#define DEV_MAX_FAILURES 3   /* consecutive failed commands before a device is given up */
 #define DEV_MAX_INFLIGHT 128 /* queued commands per device (the HAL keeps 1024 results) */
 #define DEV_SLICE_NS 5000000ull /* longest HAL wait with the lock held, outside recovery */
 
@@ -83,8 +83,7 @@ struct tsr_device {
   pthread_mutex_t own_lock;
   pthread_mutex_t *lock;      /* &own_lock or &shared->lock                */
   tsr_hal_caps_t caps;
-  bool usable;                /* false once gone or failed too often       */
-  int consecutive_failures;
+  tsr_recover_state_t rs;     /* usable, gone, resets, retries, fallbacks  */
   tsr_event_t *head, *tail;   /* unfinished commands, oldest first         */
   uint32_t n_inflight;
   uint64_t next_event_id, next_buffer_id;
@@ -190,7 +189,7 @@ tsr_status_t tsr_device_open(tsr_context_t *ctx, const char *spec, tsr_device_t 
   }
   dev->refs = 1;
   dev->ctx = ctx;
-  dev->usable = true;
+  dev->rs.usable = true;
   snprintf(dev->spec, sizeof dev->spec, "%s", spec);
   pthread_mutex_init(&dev->own_lock, NULL);
   dev->lock = &dev->own_lock;
@@ -252,6 +251,9 @@ void tsr_device_get_stats(tsr_device_t *dev, tsr_device_stats_t *out) {
   if (!dev) return;
   pthread_mutex_lock(dev->lock);
   *out = dev->stats;
+  out->fallbacks = dev->rs.fallbacks;
+  out->retries = dev->rs.retries;
+  out->resets = dev->rs.resets;
   pthread_mutex_unlock(dev->lock);
 }
 
@@ -320,7 +322,7 @@ static void submit(tsr_device_t *dev, tsr_event_t *ev) {
   ev->submit_err = TSR_OK;
   ev->need_submit = false;
   tsr_status_t s = TSR_OK;
-  if (!dev->usable) s = TSR_ERR(UNAVAILABLE, "%s is not usable any more", dev->spec);
+  if (!dev->rs.usable) s = TSR_ERR(UNAVAILABLE, "%s is not usable any more", dev->spec);
   if (!s) s = sync_to_device(dev, ev->g.a);
   if (!s) s = sync_to_device(dev, ev->g.w);
   if (!s) s = sync_to_device(dev, ev->g.c);
@@ -349,7 +351,7 @@ static void head_done(tsr_device_t *dev, tsr_event_t *ev, const tsr_hal_result_t
   dev->stats.launches++;
   dev->stats.descriptors += res->desc_done;
   dev->stats.cycles += res->cycles;
-  dev->consecutive_failures = 0;
+  tsr_recover_ok(&dev->rs);
   ev->cycles = res->cycles;
   ev->g.c->host_stale = true;
   ev->g.c->dev_stale = false;
@@ -364,68 +366,54 @@ static tsr_status_t result_status(const tsr_device_t *dev, const tsr_event_t *ev
                  res->err_index, ev->id, tsr_hal_hwerr_name(res->hw_status));
 }
 
-/* The failure policy for the head (as the executor's): a device that says
- * it is gone is not retried; otherwise reset and retry up to `retries`
- * times; then the host computes it (fallback on) or it fails. The lock is
- * held throughout. Consumes `first`. */
+/* A failed head under the shared policy (recover.h): a retry resubmits it
+ * and waits; every reset drops the other queued launches, which are
+ * resubmitted afterwards in order. The lock is held throughout. */
+typedef struct {
+  tsr_device_t *dev;
+  tsr_event_t *ev;
+} head_retry_t;
+
+static tsr_status_t head_retry(void *arg) {
+  head_retry_t *r = arg;
+  tsr_device_t *dev = r->dev;
+  tsr_event_t *ev = r->ev;
+  submit(dev, ev);
+  tsr_status_t s = ev->submit_err;
+  ev->submit_err = TSR_OK;
+  tsr_hal_result_t res;
+  memset(&res, 0, sizeof res);
+  if (!s)
+    s = dev->hal->vt->wait(dev->hal, ev->fence,
+                           (uint64_t)dev->ctx->opts.device_timeout_ms * 1000000ull, &res);
+  if (!s) s = result_status(dev, ev, &res);
+  if (!s) head_done(dev, ev, &res);
+  return s;
+}
+
+static void head_after_reset(void *arg) {
+  head_retry_t *r = arg;
+  for (tsr_event_t *e = r->dev->head; e; e = e->next) e->need_submit = true;
+}
+
+/* Consumes `first`. */
 static void recover_head(tsr_device_t *dev, tsr_event_t *ev, tsr_status_t first) {
-  const tsr_context_options_t *o = &dev->ctx->opts;
-  tsr_status_t err = first;
-  tsr_hal_device_t *h = dev->hal;
-  if (tsr_status_code(err) == TSR_STATUS_UNAVAILABLE && dev->usable) {
-    dev->usable = false;
-    tsr_ctx_warn(dev->ctx, "%s is gone (%s); its commands run on the CPU from now on",
-                 dev->spec, tsr_status_message(err));
-  }
-  for (int attempt = 0; dev->usable && attempt <= o->retries; attempt++) {
-    tsr_status_free(h->vt->reset(h));
-    dev->stats.resets++;
-    for (tsr_event_t *e = dev->head; e; e = e->next) e->need_submit = true;
-    if (attempt == o->retries) break;
-    dev->stats.retries++;
-    ev->retries++;
-    tsr_ctx_warn(dev->ctx, "%s: %s; reset, retry %d of %d", dev->spec, tsr_status_message(err),
-                 attempt + 1, o->retries);
-    submit(dev, ev);
-    tsr_status_t s = ev->submit_err;
-    ev->submit_err = TSR_OK;
-    tsr_hal_result_t res;
-    memset(&res, 0, sizeof res);
-    if (!s) s = h->vt->wait(h, ev->fence, (uint64_t)o->device_timeout_ms * 1000000ull, &res);
-    if (!s) s = result_status(dev, ev, &res);
-    if (!s) {
-      tsr_status_free(err);
-      head_done(dev, ev, &res);
-      for (tsr_event_t *e = dev->head; e; e = e->next)
-        if (e->need_submit) submit(dev, e);
-      return;
-    }
-    tsr_status_free(err);
-    err = s;
-    if (tsr_status_code(err) == TSR_STATUS_UNAVAILABLE && dev->usable) {
-      dev->usable = false;
-      tsr_ctx_warn(dev->ctx, "%s is gone (%s); its commands run on the CPU from now on",
-                   dev->spec, tsr_status_message(err));
-    }
-  }
-  if (!o->fallback) {
-    ev->err = tsr_status_annotate(err, "command %" PRIu64 " on %s failed (fallback is off)",
-                                  ev->id, dev->spec);
+  head_retry_t arg = {dev, ev};
+  const tsr_recover_ops_t ops = {head_retry, head_after_reset, &arg};
+  char what[96];
+  snprintf(what, sizeof what, "command %" PRIu64 " (gemm %zux%zux%zu)", ev->id, ev->g.m,
+           ev->g.n, ev->g.k);
+  bool host = false;
+  tsr_status_t err = tsr_recover(dev->ctx, dev->hal, dev->spec, &dev->rs, first, &ops, what,
+                                 &host, &ev->retries);
+  if (err) {
+    ev->err = tsr_status_annotate(err, "command %" PRIu64, ev->id);
     pop_head(dev, ev, TSR_EVENT_FAILED);
-  } else {
-    dev->stats.fallbacks++;
-    if (++dev->consecutive_failures >= DEV_MAX_FAILURES && dev->usable) {
-      dev->usable = false;
-      tsr_ctx_warn(dev->ctx, "%s failed %d commands in a row; its commands run on the CPU from "
-                   "now on", dev->spec, DEV_MAX_FAILURES);
-    }
-    tsr_ctx_warn(dev->ctx, "%s: %s; command %" PRIu64 " (gemm %zux%zux%zu) falls back to the CPU",
-                 dev->spec, tsr_status_message(err), ev->id, ev->g.m, ev->g.n, ev->g.k);
-    tsr_status_free(err);
+  } else if (host) {
     host_compute(dev, ev);
     pop_head(dev, ev, TSR_EVENT_DONE_HOST);
-  }
-  /* after the host result, so a later launch on the same C uploads it */
+  } /* else a retry finished it (head_done) */
+  /* after the result, so a later launch on the same C uploads it */
   for (tsr_event_t *e = dev->head; e; e = e->next)
     if (e->need_submit) submit(dev, e);
 }
@@ -551,17 +539,13 @@ tsr_status_t tsr_buffer_create(tsr_device_t *dev, tsr_buffer_type_t type, size_t
   uint64_t id = dev->next_buffer_id++;
   if (label) snprintf(b->label, sizeof b->label, "%s", label);
   else snprintf(b->label, sizeof b->label, "buffer %" PRIu64, id);
-  tsr_status_t s = dev->usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", dev->spec);
+  tsr_status_t s = dev->rs.usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", dev->spec);
   if (!s) s = dev->hal->vt->alloc(dev->hal, b->bytes, 64, &b->hal);
   if (!s) {
     b->on_device = true;
     b->dev_stale = true; /* zeroed by the first whole write or upload */
   }
-  if (s && tsr_status_code(s) == TSR_STATUS_UNAVAILABLE && dev->usable) {
-    dev->usable = false;
-    tsr_ctx_warn(dev->ctx, "%s is gone (%s); its commands run on the CPU from now on", dev->spec,
-                 tsr_status_message(s));
-  }
+  if (s) tsr_recover_note(dev->ctx, dev->spec, &dev->rs, s);
   if (s && !dev->ctx->opts.fallback) {
     pthread_mutex_unlock(dev->lock);
     char what[128];
@@ -644,11 +628,7 @@ tsr_status_t tsr_buffer_write(tsr_buffer_t *b, size_t offset, const void *src, s
         b->dev_stale = false;
       } else if (dev->ctx->opts.fallback) {
         /* the shadow has it; the device copy is uploaded before its next use */
-        if (tsr_status_code(s) == TSR_STATUS_UNAVAILABLE && dev->usable) {
-          dev->usable = false;
-          tsr_ctx_warn(dev->ctx, "%s is gone (%s); its commands run on the CPU from now on",
-                       dev->spec, tsr_status_message(s));
-        }
+        tsr_recover_note(dev->ctx, dev->spec, &dev->rs, s);
         tsr_status_free(s);
         s = TSR_OK;
         b->dev_stale = true;
@@ -823,8 +803,8 @@ tsr_status_t tsr_gemm_enqueue(tsr_device_t *dev, const tsr_gemm_t *g, tsr_event_
   dev->n_events++;
   dev->stats.commands++;
   while (dev->n_inflight >= DEV_MAX_INFLIGHT) step_head(dev, UINT64_MAX);
-  bool host = !dev->usable || !ev->g.a->on_device || !ev->g.w->on_device || !ev->g.c->on_device;
-  if (!dev->usable && !dev->ctx->opts.fallback) {
+  bool host = !dev->rs.usable || !ev->g.a->on_device || !ev->g.w->on_device || !ev->g.c->on_device;
+  if (!dev->rs.usable && !dev->ctx->opts.fallback) {
     s = TSR_ERR(UNAVAILABLE, "gemm on %s: the device is gone (fallback is off)", dev->spec);
   } else if (!host) {
     s = build_ring(dev, ev);
@@ -849,7 +829,7 @@ tsr_status_t tsr_gemm_enqueue(tsr_device_t *dev, const tsr_gemm_t *g, tsr_event_
   if (host) {
     /* in queue order: the commands before it first */
     drain_until(dev, queue_empty, dev);
-    dev->stats.fallbacks++;
+    dev->rs.fallbacks++;
     host_compute(dev, ev);
     ev->state = TSR_EVENT_DONE_HOST;
   } else {

@@ -19,9 +19,9 @@
 
 #include "devio.h"
 #include "offload.h"
+#include "recover.h"
 #include "trace.h"
 
-#define TSR_MAX_FAILURES 3 /* consecutive failed launches before a device is lost */
 
 /* Batch sizes an engine plans for: powers of two up to its rows per pass. */
 #define TSR_PLAN_MAX 16
@@ -221,7 +221,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     d->cd = &ctx->devs[i];
     if (!d->cd->hal) continue;
     pthread_mutex_lock(&d->cd->lock);
-    d->usable = !d->cd->lost;
+    d->rs.usable = !d->cd->lost;
     pthread_mutex_unlock(&d->cd->lock);
     tsr_km_timing_init(&d->timing);
     d->timing.rows = d->cd->caps.array_rows;
@@ -232,7 +232,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     snprintf(name, sizeof name, "device %s: runs (host wall time%s)", d->cd->name,
              strncmp(d->cd->spec, "sim", 3) ? "" : " of the simulation");
     d->trace_track = tsr_trace_track(tr, name);
-    if (!int8_work || !d->usable) continue;
+    if (!int8_work || !d->rs.usable) continue;
     pthread_mutex_lock(&d->cd->lock);
     s = alloc_staging(o, d);
     if (s) free_staging(d);
@@ -242,7 +242,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
                    d->cd->name, tsr_status_message(s));
       tsr_status_free(s);
       s = TSR_OK;
-      d->usable = false;
+      d->rs.usable = false;
     }
   }
   /* plans: 1, 2, 4, ... and max_rows itself */
@@ -368,7 +368,7 @@ static void launch_window(const launch_t *l, uint64_t *lo, uint64_t *hi) {
 
 static tsr_status_t launch_submit(tsr_exec_t *o, launch_t *l) {
   tsr_exec_dev_t *d = l->d;
-  if (!d->usable) return TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+  if (!d->rs.usable) return TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
   TSR_RETURN_IF(tsr_dio_write(o, d, &d->a, 0, l->a, l->a_bytes, true));
   TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, 0, d->ring_host,
                               (size_t)l->n_desc * TSR_HW_DESC_BYTES, true));
@@ -391,67 +391,22 @@ static tsr_status_t launch_sync(void *arg) {
   return launch_finish(lc->o, &lc->l);
 }
 
-/* The failure policy of device work: a device that says it is gone is not
- * retried; otherwise reset it and call retry(arg) up to the context's
- * retries. Returns TSR_OK with *fall_back false when a retry succeeded,
- * TSR_OK with *fall_back true when the caller must run the work on the host
- * (warned with `what`, counted), or the error when fallback is off.
- * Consumes `first`. */
-static tsr_status_t device_recover(tsr_exec_t *o, tsr_exec_dev_t *d, tsr_status_t first,
-                                   tsr_status_t (*retry)(void *arg), void *arg,
-                                   const char *what, bool *fall_back) {
-  tsr_hal_device_t *h = d->cd->hal;
-  tsr_status_t err = first;
-  *fall_back = false;
-  if (tsr_status_code(err) == TSR_STATUS_UNAVAILABLE && d->usable) {
-    d->usable = false;
-    d->cd->lost = true;
-    tsr_ctx_warn(o->ctx, "%s is gone (%s); its work runs on the CPU from now on", d->cd->name,
-                 tsr_status_message(err));
-  }
-  for (int attempt = 0; d->usable && attempt <= o->ctx->opts.retries; attempt++) {
-    tsr_status_free(h->vt->reset(h));
-    d->resets++;
-    if (attempt == o->ctx->opts.retries) break;
-    d->retries++;
-    tsr_ctx_warn(o->ctx, "%s: %s; reset, retry %d of %d", d->cd->name, tsr_status_message(err),
-                 attempt + 1, o->ctx->opts.retries);
-    tsr_status_t s = retry(arg);
-    if (!s) {
-      tsr_status_free(err);
-      d->consecutive_failures = 0;
-      return TSR_OK;
-    }
-    tsr_status_free(err);
-    err = s;
-  }
-  if (!o->ctx->opts.fallback)
-    return tsr_status_annotate(err, "%s failed (fallback is off)", d->cd->name);
-  d->fallbacks++;
-  if (++d->consecutive_failures >= TSR_MAX_FAILURES && d->usable) {
-    d->usable = false;
-    tsr_ctx_warn(o->ctx, "%s failed %d times in a row; its work runs on the CPU from now on",
-                 d->cd->name, TSR_MAX_FAILURES);
-  }
-  tsr_ctx_warn(o->ctx, "%s: %s; %s fall back to the CPU", d->cd->name, tsr_status_message(err),
-               what);
-  tsr_status_free(err);
-  *fall_back = true;
-  return TSR_OK;
-}
-
 /* Completes a submitted launch (`pending` is what submit returned): on
  * failure resets, retries, and sets *host when the caller must compute it on
  * the host. */
 static tsr_status_t launch_complete(tsr_exec_t *o, launch_ctx_t *lc, tsr_status_t pending,
                                     const char *what, bool *host) {
   *host = false;
+  tsr_exec_dev_t *d = lc->l.d;
   tsr_status_t s = pending ? pending : launch_finish(o, &lc->l);
   if (!s) {
-    lc->l.d->consecutive_failures = 0;
+    tsr_recover_ok(&d->rs);
     return TSR_OK;
   }
-  return device_recover(o, lc->l.d, s, launch_sync, lc, what, host);
+  const tsr_recover_ops_t ops = {launch_sync, NULL, lc};
+  s = tsr_recover(o->ctx, d->cd->hal, d->cd->name, &d->rs, s, &ops, what, host, NULL);
+  if (d->rs.gone) d->cd->lost = true;
+  return s;
 }
 
 /* ---- matmul groups ---- */
@@ -587,7 +542,7 @@ static tsr_status_t run_members(tsr_exec_t *o, const members_t *gr, const int *d
     s->rows = tsr_rows_share(R, nd, i + 1) - s->r0;
     tsr_exec_dev_t *d = &o->devs[devs[i]];
     if (!s->rows || d->cd->host) continue;
-    bool resident = d->usable;
+    bool resident = d->rs.usable;
     for (int j = 0; j < gr->count && resident; j++)
       resident = o->weight_on[weight_index(o, gr->m[j], devs[i])];
     if (!resident) continue; /* lost, or its weights never made it: host */
@@ -705,7 +660,7 @@ tsr_status_t tsr_exec_seq_attach(tsr_exec_t *o, tsr_seq_t *s) {
     if (e < 0) continue;
     tsr_exec_dev_t *d = &o->devs[e];
     pthread_mutex_lock(&d->cd->lock);
-    tsr_status_t st = d->usable && !d->cd->lost
+    tsr_status_t st = d->rs.usable && !d->cd->lost
                           ? tsr_dio_alloc(d, bytes, &s->kv_buf[l])
                           : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
     pthread_mutex_unlock(&d->cd->lock);
@@ -752,7 +707,7 @@ tsr_status_t tsr_exec_kv_append(tsr_exec_t *o, tsr_seq_t *s, int32_t l, int32_t 
   if (s->kv_dev[l] < 0 || !s->kv_ok[l]) return TSR_OK;
   /* the device copy follows every append */
   tsr_exec_dev_t *d = &o->devs[s->kv_dev[l]];
-  tsr_status_t st = d->usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+  tsr_status_t st = d->rs.usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
   if (!st) {
     kv_emit_t arg = {o, d, &s->kv_buf[l]};
     pthread_mutex_lock(&d->cd->lock);
@@ -763,7 +718,7 @@ tsr_status_t tsr_exec_kv_append(tsr_exec_t *o, tsr_seq_t *s, int32_t l, int32_t 
     if (!o->ctx->opts.fallback)
       return tsr_status_annotate(st, "appending to the KV cache of layer %d on %s (fallback "
                                      "is off)", l, d->cd->name);
-    if (d->usable)
+    if (d->rs.usable)
       tsr_ctx_warn(o->ctx, "%s: %s; attention of layer %d runs on the CPU for this sequence "
                            "from now on", d->cd->name, tsr_status_message(st), l);
     tsr_status_free(st);
@@ -787,7 +742,7 @@ tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t n
   TSR_RETURN_IF(tsr_attn_prepare(w, c, q, pos0, T));
   const int place = plan->at[node].device;
   int dev = place == TSR_PLACE_CPU ? -1 : s->kv_dev[l];
-  if (dev >= 0 && (!o->devs[dev].usable || !s->kv_ok[l] ||
+  if (dev >= 0 && (!o->devs[dev].rs.usable || !s->kv_ok[l] ||
                    (place >= 0 && place != dev)))
     dev = -1;
   as->calls++;

@@ -30,6 +30,7 @@
 #include "graph.h"
 #include "internal.h"
 #include "plan.h"
+#include "recover.h"
 
 typedef struct tsr_engine tsr_exec_t;
 
@@ -67,14 +68,13 @@ typedef struct tsr_attn_stats {
 /* A device as one engine uses it; counters are this engine's share. */
 typedef struct tsr_exec_dev {
   tsr_ctx_device_t *cd;      /* borrowed from the context (lock, HAL, caps) */
-  bool usable;               /* open, and not declared lost */
+  tsr_recover_state_t rs;    /* usable, lost, resets, retries, fallbacks */
   tsr_km_timing_t timing;    /* cost model from the caps */
   tsr_hal_buffer_t a, c, ring; /* staging of one launch */
   uint64_t a_cap, c_cap, ring_cap;
   uint8_t *ring_host;        /* (ring_cap) descriptors packed on the host */
-  int consecutive_failures;
   int trace_track;
-  uint64_t launches, cycles, retries, fallbacks, resets;
+  uint64_t launches, cycles;
   uint64_t xfers, xfer_bytes; /* host<->device copies (weights excluded) */
   double wait_wall_s;        /* host wall time spent waiting (simulation time for sim) */
   double host_overhead_s;    /* host time around device launches, waits excluded */

@@ -159,7 +159,7 @@ static const char *entry_unfit(const tsr_exec_t *o, int e, char *buf, size_t cap
   const tsr_exec_dev_t *d = &o->devs[e];
   if (d->cd->host) {
     snprintf(buf, cap, "entry %d is the host (cpu)", e);
-  } else if (!d->usable) {
+  } else if (!d->rs.usable) {
     snprintf(buf, cap, "%.30s unavailable: %.100s", d->cd->spec,
              d->cd->unavailable[0] ? d->cd->unavailable : "declared lost");
   } else if (d->cd->caps.flags & TSR_HAL_CAP_NO_COMPUTE) {
@@ -278,7 +278,7 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
   const uint64_t kv_seq = attn8 ? tsr_attn_kv_bytes(&o->attn_dims) : 0;
   for (int e = 0; e < o->n_devs; e++) {
     const tsr_exec_dev_t *d = &o->devs[e];
-    if (!d->usable) continue;
+    if (!d->rs.usable) continue;
     uint64_t mem = d->cd->caps.mem_size, need = staging_bytes(d);
     int32_t layers = rows_split ? L : 0;
     for (int32_t l = 0; !rows_split && l < L; l++) layers += layer_entry(o, l) == e;

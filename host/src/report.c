@@ -194,7 +194,7 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
       double cyc, launch, link;
       out->board_projected_s += board_time(d, &cyc, &launch, &link);
     }
-    out->retries += d->retries;
+    out->retries += d->rs.retries;
   }
   out->weight_bytes = o->weight_bytes;
   const tsr_attn_stats_t *a = &o->attn_stats;
@@ -257,8 +257,8 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
                " cycles = %.3f ms at %.0f MHz; retries %" PRIu64 ", resets %" PRIu64
                ", tiles fallen back %" PRIu64 "%s\n",
             d->cd->name, d->cd->caps.name, d->launches, d->tiles, d->cycles, proj * 1e3,
-            d->timing.clock_hz / 1e6, d->retries, d->resets, d->fallbacks,
-            d->usable ? "" : " (lost: its work moved to the CPU)");
+            d->timing.clock_hz / 1e6, d->rs.retries, d->rs.resets, d->rs.fallbacks,
+            d->rs.usable ? "" : " (lost: its work moved to the CPU)");
     const tsr_hal_caps_t *c = &d->cd->caps;
     double cyc_s, launch_s, link_s;
     (void)board_time(d, &cyc_s, &launch_s, &link_s);
