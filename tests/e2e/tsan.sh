@@ -19,7 +19,7 @@ for t in "$TSAN_DIR"/test_*; do
   mkdir -p "$BUILD/test-logs"
   "$t" > "$log" 2>&1
   rc=$?
-  if grep -q 'WARNING: ThreadSanitizer' "$log" || [ $rc != 0 ] && [ $rc != 77 ]; then
+  if grep -q 'WARNING: ThreadSanitizer' "$log" || { [ $rc != 0 ] && [ $rc != 77 ]; }; then
     echo "$name under ThreadSanitizer failed (exit $rc):"
     grep -A30 'WARNING: ThreadSanitizer' "$log" | head -60
     tail -n 20 "$log"
