@@ -269,6 +269,8 @@ TSR_API TSR_MUST_USE tsr_status_t tsr_attn_pattern_parse(const char *spec,
 /* Writes the canonical spec of `p` (as parse accepts it) into buf. */
 TSR_API void tsr_attn_pattern_format(const tsr_attn_pattern_t *p, char *buf, size_t cap);
 
+#define TSR_WINDOW_AUTO UINT64_MAX
+
 typedef struct tsr_session_options {
   tsr_precision_t precision;
   /* Context length of the KV cache; 0 = the model's seq_len. */
@@ -281,6 +283,22 @@ typedef struct tsr_session_options {
    * batches run as several passes. 0 = 64 for a session, 256 for an
    * engine. Range [1, 4096]. */
   int32_t max_batch_rows;
+  /* Device-memory window per device, in bytes. 0 (default): the engine's
+   * buffers come from the whole device memory and each launch's window
+   * covers the buffers it touches. > 0: on every device it uses the engine
+   * reserves one region of this size; all its buffers (weights, staging,
+   * KV caches) lie inside, and every launch passes the region as the
+   * kernel's window (MEM_BASE, MEM_SIZE), so the kernel itself refuses a
+   * descriptor that points outside it: engines with windows are isolated
+   * from each other by the kernel. The partitioner's memory budget is the
+   * window. A device without room for the window is not used (fallback on)
+   * or fails the engine. TSR_WINDOW_AUTO: sized per device for the most
+   * the engine could keep there (staging, every matmul's weights, the KV
+   * caches the partitioner reserves room for). */
+  uint64_t device_window_bytes;
+  /* Context device entries the engine starts with (bit e = entry e; see
+   * tsr_engine_set_devices). Default (tsr_session_options_init): all. */
+  uint64_t device_mask;
 } tsr_session_options_t;
 
 TSR_API void tsr_session_options_init(tsr_session_options_t *opts);
@@ -420,6 +438,26 @@ TSR_API TSR_MUST_USE tsr_status_t tsr_engine_eval(tsr_engine_t *engine, tsr_batc
  * or evaluated again. */
 TSR_API const float *tsr_batch_logits(const tsr_batch_t *batch, size_t index);
 
+/* Turns the engine's use of the context's device entries on or off from
+ * its next evaluation on: bit e of `mask` is entry e (entries beyond 63 are
+ * always on; "cpu" entries are the host and always on). A device turned on
+ * gets the weights its plans need uploaded now (into the engine's window)
+ * unless they are still there; one turned off is drained (no launch of the
+ * engine is in flight between evaluations) and its weights are released
+ * unless its bit is set in `keep` (a device left idle for a while keeps
+ * them, a device given back does not). The work the plans give a
+ * device that is off runs on the other devices of a rows split that are on,
+ * or on the host; the results are the same either way (int8 work is
+ * bit-exact on every device and the host). A sequence's int8 KV copy on a
+ * device that was turned off is not updated again: that sequence's
+ * attention runs on the host from then on. Safe while other threads
+ * evaluate (it waits for their pass). */
+TSR_API TSR_MUST_USE tsr_status_t tsr_engine_set_devices(tsr_engine_t *engine, uint64_t mask,
+                                                         uint64_t keep);
+/* Bit e set: the engine uses entry e now (on, open, not given up after
+ * failures). */
+TSR_API uint64_t tsr_engine_devices(const tsr_engine_t *engine);
+
 /* Like the tsr_session_* reports, for the engine (all its sequences). The
  * plan shows the placement for every batch size the partitioner costed,
  * so where the devices start to pay as the batch grows. */
@@ -542,6 +580,14 @@ typedef struct tsr_device_stats {
 } tsr_device_stats_t;
 
 TSR_API void tsr_device_get_stats(tsr_device_t *dev, tsr_device_stats_t *out);
+
+/* Number of the context's device entries, and the engine's own use of entry
+ * e since it was created (launches, descriptors, cycles, retries, resets,
+ * host fallbacks; `commands` counts launches; bytes_to_device counts the
+ * copies of both directions, bytes_from_device is 0). false for an entry
+ * out of range or the host. */
+TSR_API int tsr_engine_device_count(const tsr_engine_t *engine);
+TSR_API bool tsr_engine_device_stats(const tsr_engine_t *engine, int e, tsr_device_stats_t *out);
 
 /* Element type of a buffer. */
 typedef enum tsr_buffer_type {

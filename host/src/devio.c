@@ -6,9 +6,22 @@
 
 #include "trace.h"
 
+/* A buffer inside the engine's window is a range of the window's HAL
+ * buffer: the copy goes to the window at the buffer's offset in it, after
+ * the window allocator's range check. */
+static tsr_status_t windowed(tsr_exec_dev_t *d, const tsr_hal_buffer_t **buf, uint64_t *off,
+                             size_t n, const char *what) {
+  if (!d->sub) return TSR_OK;
+  TSR_RETURN_IF(tsr_devmem_check_copy(d->sub, d->cd->name, *buf, *off, n, what));
+  *off += (*buf)->addr - d->window.addr;
+  *buf = &d->window;
+  return TSR_OK;
+}
+
 tsr_status_t tsr_dio_write(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_buffer_t *buf,
                            uint64_t off, const void *src, size_t n, bool count) {
   tsr_hal_device_t *h = d->cd->hal;
+  TSR_RETURN_IF(windowed(d, &buf, &off, n, "write"));
   tsr_trace_t *tr = o->ctx->trace;
   if (count) tsr_trace_begin(tr, o->track_copy, "write", "copy", -1);
   double t0 = tsr_now_s();
@@ -27,6 +40,7 @@ tsr_status_t tsr_dio_write(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_buffe
 tsr_status_t tsr_dio_read(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_buffer_t *buf,
                           uint64_t off, void *dst, size_t n) {
   tsr_hal_device_t *h = d->cd->hal;
+  TSR_RETURN_IF(windowed(d, &buf, &off, n, "read"));
   tsr_trace_t *tr = o->ctx->trace;
   tsr_trace_begin(tr, o->track_copy, "read", "copy", -1);
   double t0 = tsr_now_s();
@@ -79,12 +93,19 @@ tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, cons
 
 tsr_status_t tsr_dio_alloc(tsr_exec_dev_t *d, uint64_t size, tsr_hal_buffer_t *out) {
   tsr_hal_device_t *h = d->cd->hal;
+  if (d->sub) {
+    tsr_status_t s = tsr_devmem_buffer_alloc(d->sub, d->cd->name, size ? size : 64, 64, out);
+    return s ? tsr_status_annotate(s, "in the engine's window of %" PRIu64 " bytes",
+                                   d->window.size)
+             : TSR_OK;
+  }
   return h->vt->alloc(h, size ? size : 64, 64, out);
 }
 
 void tsr_dio_free(tsr_exec_dev_t *d, tsr_hal_buffer_t *buf) {
   if (!buf->size) return;
   tsr_hal_device_t *h = d->cd->hal;
-  h->vt->free(h, buf);
+  if (d->sub) tsr_devmem_buffer_free(d->sub, buf);
+  else h->vt->free(h, buf);
   memset(buf, 0, sizeof *buf);
 }

@@ -45,8 +45,8 @@ static void free_staging(tsr_exec_dev_t *d) {
   d->ring_host = NULL;
 }
 
-/* Staging on device d for the largest launch of either kind. */
-static tsr_status_t alloc_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
+/* Sizes the staging on device d for the largest launch of either kind. */
+static void size_dev_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
   const int32_t R = o->max_rows;
   /* matmul: A = R rows of the widest input; C = R rows of the widest group;
    * ring: the most descriptors a group's launch of R rows takes */
@@ -76,6 +76,10 @@ static tsr_status_t alloc_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
     if (c > d->c_cap) d->c_cap = c;
     if (r > d->ring_cap) d->ring_cap = r;
   }
+}
+
+/* Allocates the staging sized by size_dev_staging. */
+static tsr_status_t alloc_staging(tsr_exec_dev_t *d) {
   d->ring_host = malloc(d->ring_cap);
   if (!d->ring_host) return TSR_ERR(RESOURCE_EXHAUSTED, "ring of %" PRIu64 " bytes", d->ring_cap);
   TSR_RETURN_IF(tsr_dio_alloc(d, d->a_cap, &d->a));
@@ -94,6 +98,7 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL) continue;
     for (int e = 0; e < o->n_devs; e++) {
+      if (!tsr_exec_dev_live(o, e)) continue;
       bool want = false;
       for (int p = 0; p < o->n_plans && !want; p++) {
         const tsr_place_t *pc = &o->plans[p].at[i];
@@ -123,6 +128,66 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
     }
   }
   return TSR_OK;
+}
+
+/* Releases the weights resident on device e. */
+static void release_weights(tsr_exec_t *o, int e) {
+  const size_t n_w = (size_t)(o->model->cfg.n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
+  tsr_exec_dev_t *d = &o->devs[e];
+  pthread_mutex_lock(&d->cd->lock);
+  for (size_t i = (size_t)e; o->weights && o->weight_on && i < n_w; i += (size_t)o->n_devs) {
+    if (!o->weight_on[i]) continue;
+    tsr_dio_free(d, &o->weights[i]);
+    o->weight_on[i] = false;
+  }
+  pthread_mutex_unlock(&d->cd->lock);
+}
+
+static uint64_t round_alloc(uint64_t n) {
+  return (n + TSR_DEVMEM_MIN_ALIGN - 1) & ~(uint64_t)(TSR_DEVMEM_MIN_ALIGN - 1);
+}
+
+/* TSR_WINDOW_AUTO: room for everything the engine could keep on one
+ * device: its staging, every matmul's weights, and the KV caches of every
+ * layer for the sequences the partitioner reserves room for, each as the
+ * allocator rounds it. */
+static uint64_t auto_window(const tsr_exec_t *o, const tsr_exec_dev_t *d) {
+  uint64_t b = round_alloc(d->a_cap) + round_alloc(d->c_cap) + round_alloc(d->ring_cap);
+  const tsr_graph_t *g = &o->graph;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == TSR_NODE_MATMUL)
+      b += round_alloc((uint64_t)g->nodes[i].n * (uint64_t)g->nodes[i].k);
+  if (o->attn.kind != TSR_ATTN_REFERENCE)
+    b += round_alloc(tsr_attn_kv_bytes(&o->attn_dims)) * (uint64_t)o->model->cfg.n_layers *
+         TSR_PLAN_KV_RESERVE_SEQS;
+  return b;
+}
+
+/* Reserves the engine's window on device d and its allocator. */
+static tsr_status_t alloc_window(tsr_exec_t *o, tsr_exec_dev_t *d) {
+  tsr_hal_device_t *h = d->cd->hal;
+  const uint64_t bytes = o->window_bytes == TSR_WINDOW_AUTO ? auto_window(o, d) : o->window_bytes;
+  TSR_RETURN_IF_ERROR(h->vt->alloc(h, bytes, TSR_DEVMEM_MIN_ALIGN, &d->window),
+                      "%s: a window of %" PRIu64 " bytes", d->cd->name, bytes);
+  tsr_status_t s = tsr_devmem_create(d->window.addr, d->window.size, &d->sub);
+  if (s) {
+    h->vt->free(h, &d->window);
+    memset(&d->window, 0, sizeof d->window);
+  }
+  return s;
+}
+
+static void free_window(tsr_exec_dev_t *d) {
+  if (!d->window.size) return;
+  tsr_devmem_destroy(d->sub);
+  d->sub = NULL;
+  d->cd->hal->vt->free(d->cd->hal, &d->window);
+  memset(&d->window, 0, sizeof d->window);
+}
+
+void tsr_exec_window(const tsr_exec_t *o, int e, uint64_t *base, uint64_t *size) {
+  *base = o->devs[e].window.addr;
+  *size = o->devs[e].window.size;
 }
 
 static void size_staging(tsr_exec_t *o) {
@@ -189,6 +254,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
   o->split = ctx->opts.split;
   o->max_seq = opts->max_seq ? opts->max_seq : c->seq_len;
   o->max_rows = opts->max_batch_rows;
+  o->window_bytes = opts->device_window_bytes;
   o->attn = opts->attn;
   o->n_devs = ctx->n_devs;
   const size_t n_w = (size_t)(c->n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
@@ -219,6 +285,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
   for (int i = 0; !s && i < o->n_devs; i++) {
     tsr_exec_dev_t *d = &o->devs[i];
     d->cd = &ctx->devs[i];
+    d->on = i >= 64 || (opts->device_mask >> i & 1);
     if (!d->cd->hal) continue;
     pthread_mutex_lock(&d->cd->lock);
     d->rs.usable = !d->cd->lost;
@@ -233,13 +300,18 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
              strncmp(d->cd->spec, "sim", 3) ? "" : " of the simulation");
     d->trace_track = tsr_trace_track(tr, name);
     if (!int8_work || !d->rs.usable) continue;
+    size_dev_staging(o, d);
     pthread_mutex_lock(&d->cd->lock);
-    s = alloc_staging(o, d);
-    if (s) free_staging(d);
+    s = o->window_bytes ? alloc_window(o, d) : TSR_OK;
+    if (!s) s = alloc_staging(d);
+    if (s) {
+      free_staging(d);
+      free_window(d);
+    }
     pthread_mutex_unlock(&d->cd->lock);
     if (s && ctx->opts.fallback) {
-      tsr_ctx_warn(ctx, "%s: cannot allocate staging buffers, its work runs on the CPU: %s",
-                   d->cd->name, tsr_status_message(s));
+      tsr_ctx_warn(ctx, "%s: cannot allocate the engine's window or staging buffers, its "
+                        "work runs on the CPU: %s", d->cd->name, tsr_status_message(s));
       tsr_status_free(s);
       s = TSR_OK;
       d->rs.usable = false;
@@ -281,6 +353,7 @@ void tsr_exec_destroy(tsr_exec_t *o) {
       if (!d->cd || !d->cd->hal) continue;
       pthread_mutex_lock(&d->cd->lock);
       free_staging(d);
+      free_window(d);
       pthread_mutex_unlock(&d->cd->lock);
     }
   }
@@ -356,9 +429,15 @@ typedef struct {
   tsr_exec_t *o;
 } launch_ctx_t;
 
-/* Window of a launch: the staging and the `extra` buffers. */
+/* Window of a launch: the engine's window, or the staging and the `extra`
+ * buffers. */
 static void launch_window(const launch_t *l, uint64_t *lo, uint64_t *hi) {
   const tsr_exec_dev_t *d = l->d;
+  if (d->window.size) { /* the engine's window, whatever the launch touches */
+    *lo = d->window.addr;
+    *hi = d->window.addr + d->window.size;
+    return;
+  }
   *lo = d->a.addr;
   *hi = d->a.addr + d->a.size;
   window_cover(lo, hi, &d->c);
@@ -618,12 +697,18 @@ tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_plan_t *plan, int32_
       host_members(o, &gr, 0, R, x, sc);
       continue;
     }
+    /* the entries that take rows now: host entries, and devices that are
+     * on (a device turned off leaves its share to the others) */
     int devs[TSR_MAX_ROW_DEVICES], nd = 0;
     if (p0->device == TSR_PLACE_ROWS) {
       for (int e = 0; e < o->n_devs && e < TSR_MAX_ROW_DEVICES; e++)
-        if (p0->rows_mask >> e & 1) devs[nd++] = e;
-    } else {
+        if ((p0->rows_mask >> e & 1) && (o->devs[e].cd->host || o->devs[e].on)) devs[nd++] = e;
+    } else if (o->devs[p0->device].on) {
       devs[nd++] = p0->device;
+    }
+    if (!nd) {
+      host_members(o, &gr, 0, R, x, sc);
+      continue;
     }
     TSR_RETURN_IF(run_members(o, &gr, devs, nd, R, x, sc));
   }
@@ -660,6 +745,7 @@ tsr_status_t tsr_exec_seq_attach(tsr_exec_t *o, tsr_seq_t *s) {
     if (e < 0) continue;
     tsr_exec_dev_t *d = &o->devs[e];
     pthread_mutex_lock(&d->cd->lock);
+    if (!d->on) continue; /* off: this sequence's attention runs on the host */
     tsr_status_t st = d->rs.usable && !d->cd->lost
                           ? tsr_dio_alloc(d, bytes, &s->kv_buf[l])
                           : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
@@ -707,6 +793,10 @@ tsr_status_t tsr_exec_kv_append(tsr_exec_t *o, tsr_seq_t *s, int32_t l, int32_t 
   if (s->kv_dev[l] < 0 || !s->kv_ok[l]) return TSR_OK;
   /* the device copy follows every append */
   tsr_exec_dev_t *d = &o->devs[s->kv_dev[l]];
+  if (!d->on) { /* turned off: the device copy stops following */
+    s->kv_ok[l] = false;
+    return TSR_OK;
+  }
   tsr_status_t st = d->rs.usable ? TSR_OK : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
   if (!st) {
     kv_emit_t arg = {o, d, &s->kv_buf[l]};
@@ -742,7 +832,7 @@ tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t n
   TSR_RETURN_IF(tsr_attn_prepare(w, c, q, pos0, T));
   const int place = plan->at[node].device;
   int dev = place == TSR_PLACE_CPU ? -1 : s->kv_dev[l];
-  if (dev >= 0 && (!o->devs[dev].rs.usable || !s->kv_ok[l] ||
+  if (dev >= 0 && (!tsr_exec_dev_live(o, dev) || !s->kv_ok[l] ||
                    (place >= 0 && place != dev)))
     dev = -1;
   as->calls++;
@@ -799,4 +889,44 @@ tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t n
   tsr_attn_output(w, out, pool);
   as->host_s += tsr_now_s() - t0;
   return TSR_OK;
+}
+
+/* ---- devices turned on and off ---- */
+
+tsr_status_t tsr_engine_set_devices(tsr_engine_t *o, uint64_t mask, uint64_t keep) {
+  if (!o) return TSR_ERR(INVALID_ARGUMENT, "engine: NULL");
+  pthread_mutex_lock(&o->lock); /* between passes: nothing of ours in flight */
+  for (int e = 0; e < o->n_devs && e < 64; e++) {
+    tsr_exec_dev_t *d = &o->devs[e];
+    const bool on = mask >> e & 1;
+    if (d->cd->host) continue;
+    d->on = on;
+    if (!on && !(keep >> e & 1) && d->cd->hal) release_weights(o, e);
+  }
+  tsr_status_t s = upload_weights(o);
+  pthread_mutex_unlock(&o->lock);
+  return s;
+}
+
+uint64_t tsr_engine_devices(const tsr_engine_t *o) {
+  uint64_t m = 0;
+  for (int e = 0; o && e < o->n_devs && e < 64; e++)
+    if (o->devs[e].cd->host || tsr_exec_dev_live(o, e)) m |= 1ull << e;
+  return m;
+}
+
+int tsr_engine_device_count(const tsr_engine_t *o) { return o ? o->n_devs : 0; }
+
+bool tsr_engine_device_stats(const tsr_engine_t *o, int e, tsr_device_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!o || e < 0 || e >= o->n_devs || !o->devs[e].cd->hal) return false;
+  const tsr_exec_dev_t *d = &o->devs[e];
+  out->commands = out->launches = d->launches;
+  out->descriptors = d->tiles;
+  out->cycles = d->cycles;
+  out->fallbacks = d->rs.fallbacks;
+  out->retries = d->rs.retries;
+  out->resets = d->rs.resets;
+  out->bytes_to_device = d->xfer_bytes; /* both directions: the device keeps one count */
+  return true;
 }

@@ -34,6 +34,8 @@ void tsr_session_options_init(tsr_session_options_t *o) {
   o->attn.block = TSR_ATTN_DEFAULT_BLOCK;
   o->attn.local = 1;
   o->max_batch_rows = 0;
+  o->device_window_bytes = 0;
+  o->device_mask = UINT64_MAX;
 }
 
 /* ---- engine ---- */

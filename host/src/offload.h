@@ -26,6 +26,7 @@
 
 #include "attn.h"
 #include "base/clock.h"
+#include "driver/devmem.h"
 #include "driver/kernel_model.h"
 #include "graph.h"
 #include "internal.h"
@@ -69,6 +70,9 @@ typedef struct tsr_attn_stats {
 typedef struct tsr_exec_dev {
   tsr_ctx_device_t *cd;      /* borrowed from the context (lock, HAL, caps) */
   tsr_recover_state_t rs;    /* usable, lost, resets, retries, fallbacks */
+  bool on;                   /* turned on for this engine (tsr_engine_set_devices) */
+  tsr_hal_buffer_t window;   /* the engine's device-memory window (size 0: none) */
+  tsr_devmem_t *sub;         /* allocator over the window, NULL without one */
   tsr_km_timing_t timing;    /* cost model from the caps */
   tsr_hal_buffer_t a, c, ring; /* staging of one launch */
   uint64_t a_cap, c_cap, ring_cap;
@@ -130,6 +134,7 @@ struct tsr_engine {
   tsr_split_t split;
   int32_t max_rows;    /* rows per forward pass */
   int32_t max_seq;     /* positions per sequence */
+  uint64_t window_bytes; /* device-memory window per device, 0 = none */
   tsr_graph_t graph;
   tsr_plan_t *plans;   /* (n_plans), ascending rows; the last has max_rows */
   int n_plans;
@@ -194,6 +199,16 @@ tsr_status_t tsr_exec_kv_append(tsr_exec_t *o, tsr_seq_t *s, int32_t l, int32_t 
 tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t node,
                                 tsr_seq_t *s, int32_t pos0, int32_t T, const float *q,
                                 float *out);
+
+/* Device `e` takes work of this engine now: on, open and usable. */
+static inline bool tsr_exec_dev_live(const tsr_exec_t *o, int e) {
+  const tsr_exec_dev_t *d = &o->devs[e];
+  return d->cd->hal && d->on && d->rs.usable;
+}
+
+/* The engine's window on device entry e: [*base, *base + *size), size 0
+ * without one (for tests that forge descriptors). */
+void tsr_exec_window(const tsr_exec_t *o, int e, uint64_t *base, uint64_t *size);
 
 /* Host-time accounting and tracing of a light op. */
 double tsr_exec_op_begin(tsr_exec_t *o, const tsr_node_t *n);

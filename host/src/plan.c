@@ -252,9 +252,6 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_plan_t *pl, const bool *c
 /* Bytes of device memory the engine's staging takes on each device. */
 static uint64_t staging_bytes(const tsr_exec_dev_t *d) { return d->a_cap + d->c_cap + d->ring_cap; }
 
-/* Device memory an int8 KV cache of all layers takes per sequence, and the
- * sequences the budget reserves room for. */
-#define TSR_PLAN_KV_RESERVE_SEQS 4
 
 tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
   const tsr_graph_t *g = &o->graph;
@@ -279,7 +276,7 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
   for (int e = 0; e < o->n_devs; e++) {
     const tsr_exec_dev_t *d = &o->devs[e];
     if (!d->rs.usable) continue;
-    uint64_t mem = d->cd->caps.mem_size, need = staging_bytes(d);
+    uint64_t mem = d->sub ? d->window.size : d->cd->caps.mem_size, need = staging_bytes(d);
     int32_t layers = rows_split ? L : 0;
     for (int32_t l = 0; !rows_split && l < L; l++) layers += layer_entry(o, l) == e;
     need += kv_seq * (uint64_t)layers * TSR_PLAN_KV_RESERVE_SEQS;
@@ -321,7 +318,9 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
         unfit = lim;
       }
       if (!unfit && mm) {
-        uint64_t wb = (uint64_t)n->n * (uint64_t)n->k;
+        /* as the allocator rounds it */
+        const uint64_t wb = ((uint64_t)n->n * (uint64_t)n->k + TSR_DEVMEM_MIN_ALIGN - 1) &
+                            ~(uint64_t)(TSR_DEVMEM_MIN_ALIGN - 1);
         if (wb > budget[e]) {
           snprintf(lim, sizeof lim, "weights do not fit on %s (%.1f MiB, %.1f MiB left)",
                    d->cd->name, (double)wb / 1048576.0, (double)budget[e] / 1048576.0);

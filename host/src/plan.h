@@ -45,6 +45,10 @@ static inline int32_t tsr_rows_share(int32_t R, int n, int i) {
   return (int32_t)((int64_t)R * i / n);
 }
 
+/* Sequences whose int8 KV caches the memory budget keeps room for on a
+ * device, in every layer whose attention it may run. */
+#define TSR_PLAN_KV_RESERVE_SEQS 4
+
 /* Places every node of the engine's graph for batches of `rows` rows (see
  * the passes in plan.c). */
 tsr_status_t tsr_plan_build(struct tsr_engine *o, int32_t rows, tsr_plan_t *out);
