@@ -36,8 +36,11 @@ TSR_LIBS   := -lopenblas -lm -ldl -lpthread
 
 LIB_SRCS := $(sort $(wildcard base/*.c compute/*.c driver/*.c driver/*/*.c host/src/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-CLI_SRCS := $(sort $(wildcard host/cli/*.c))
+# The CLI: its commands (host/cli) and the server (host/serve), which alone
+# link the HTTP, JSON and HTTP-client libraries.
+CLI_SRCS := $(sort $(wildcard host/cli/*.c host/serve/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_LIBS := -lmicrohttpd -ljansson -lcurl
 
 # Kernels compiled for one ISA each, chosen at run time from CPUID; at -O3,
 # so the tile loops unroll and their accumulators stay in registers.
@@ -74,7 +77,7 @@ $(SHARED_LIB): $(LIB_OBJS)
 
 $(CLI): $(CLI_OBJS) $(STATIC_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TSR_CFLAGS) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(TSR_LIBS)
+	$(CC) $(TSR_CFLAGS) -o $@ $(CLI_OBJS) $(STATIC_LIB) $(CLI_LIBS) $(TSR_LIBS)
 
 # ---- tests: one CUnit program per tests/unit/test_*.c ----
 TEST_SRCS := $(sort $(wildcard tests/unit/test_*.c))

@@ -22,6 +22,8 @@ int tsr_cmd_devices(int argc, char **argv);   /* cmd_devices.c   */
 int tsr_cmd_plan(int argc, char **argv);      /* cmd_plan.c      */
 int tsr_cmd_xclbin(int argc, char **argv);    /* cmd_xclbin.c    */
 int tsr_cmd_attn(int argc, char **argv);      /* cmd_attn.c      */
+int tsr_cmd_serve(int argc, char **argv);     /* host/serve      */
+int tsr_cmd_loadgen(int argc, char **argv);   /* cmd_loadgen.c   */
 
 /* Option helpers: print "tessera CMD: FLAG: ..." to stderr and return false
  * on a malformed or out-of-range value. */
@@ -62,6 +64,11 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
   "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"         \
   "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n" \
   "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
+
+/* Whether a token's piece is part of the text: not empty and not a lone
+ * unprintable byte (as llama2.c prints). `tessera run` and the server's
+ * completions show the same text through it. */
+bool cli_piece_shown(const char *piece);
 
 /* Monotonic wall clock in seconds. */
 double cli_now_s(void);

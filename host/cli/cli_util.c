@@ -1,4 +1,5 @@
 /* cli_util.c - option parsing and small helpers shared by the subcommands. */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -170,4 +171,13 @@ uint64_t cli_fnv1a_i32(uint64_t h, const int32_t *c, size_t n) {
     }
   }
   return h;
+}
+
+bool cli_piece_shown(const char *piece) {
+  if (!piece || !piece[0]) return false;
+  if (piece[1] == '\0') {
+    unsigned char b = (unsigned char)piece[0];
+    if (!(isprint(b) || isspace(b))) return false;
+  }
+  return true;
 }

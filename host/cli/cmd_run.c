@@ -5,7 +5,6 @@
  * the continuation, then a newline, on stdout; a one-line summary on stderr.
  * -n counts positions including BOS and the prompt tokens.
  */
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,14 +35,8 @@ static void usage(FILE *f) {
           CLI_DEVICE_HELP);
 }
 
-/* Prints a piece unless it is a lone unprintable byte (as llama2.c does). */
 static void print_piece(const char *piece) {
-  if (!piece || !piece[0]) return;
-  if (piece[1] == '\0') {
-    unsigned char b = (unsigned char)piece[0];
-    if (!(isprint(b) || isspace(b))) return;
-  }
-  fputs(piece, stdout);
+  if (cli_piece_shown(piece)) fputs(piece, stdout);
 }
 
 int tsr_cmd_run(int argc, char **argv) {

@@ -18,6 +18,8 @@ static const struct {
     {"attn", tsr_cmd_attn, "run int8 block-sparse attention on a device, print its checksum"},
     {"devices", tsr_cmd_devices, "list device backends and their availability"},
     {"xclbin", tsr_cmd_xclbin, "write the kernel xclbin or describe/validate one"},
+    {"serve", tsr_cmd_serve, "serve models over HTTP (OpenAI-compatible, multi-tenant)"},
+    {"loadgen", tsr_cmd_loadgen, "drive a server with concurrent clients, check and time them"},
 };
 
 static void usage(FILE *f) {
