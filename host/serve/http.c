@@ -282,7 +282,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       char *d = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
       json_decref(ev);
       if (!d) break;
-      size_t dl = strlen(d), need = r->out_len + dl + 8;
+      size_t dl = strlen(d), need = r->out_len + dl + 16; /* "data: " "\n\n" NUL */
       char *o = realloc(r->out, need);
       if (!o) {
         free(d);
