@@ -1025,7 +1025,7 @@ static void lg_sampler_done(lg_run_t *r, CURLcode res) {
   }
   fprintf(s->csv, "%.3f,%" PRId64, s->t_req, s->clients_at_req);
   for (int m = 0; m < LG_M_COUNT; m++) {
-    if (seen[m]) fprintf(s->csv, ",%.17g", v[m]);
+    if (seen[m]) fprintf(s->csv, ",%.10g", v[m]);
     else fputc(',', s->csv);
   }
   fputc('\n', s->csv);
