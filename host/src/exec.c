@@ -137,6 +137,7 @@ static void release_weights(tsr_exec_t *o, int e) {
   pthread_mutex_lock(&d->cd->lock);
   for (size_t i = (size_t)e; o->weights && o->weight_on && i < n_w; i += (size_t)o->n_devs) {
     if (!o->weight_on[i]) continue;
+    o->weight_bytes -= o->weights[i].size;
     tsr_dio_free(d, &o->weights[i]);
     o->weight_on[i] = false;
   }
@@ -744,8 +745,8 @@ tsr_status_t tsr_exec_seq_attach(tsr_exec_t *o, tsr_seq_t *s) {
     const int e = seq_kv_device(o, s, i);
     if (e < 0) continue;
     tsr_exec_dev_t *d = &o->devs[e];
-    pthread_mutex_lock(&d->cd->lock);
     if (!d->on) continue; /* off: this sequence's attention runs on the host */
+    pthread_mutex_lock(&d->cd->lock);
     tsr_status_t st = d->rs.usable && !d->cd->lost
                           ? tsr_dio_alloc(d, bytes, &s->kv_buf[l])
                           : TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
