@@ -51,7 +51,7 @@ STATIC_LIB := $(BUILD)/lib/libtessera.a
 SHARED_LIB := $(BUILD)/lib/libtessera.so.$(VERSION)
 CLI        := $(BUILD)/bin/tessera
 
-.PHONY: all run test bench install clean deps
+.PHONY: all run serve test bench install clean deps
 # Keep the intermediate files of chained rules (test objects, generated
 # sources) between runs. A .SECONDARY with prerequisites anywhere in the
 # fragments would turn this off: do not add one.
@@ -111,6 +111,10 @@ test-tsan: all tsan-tests
 # ---- the main job ----
 run: all
 	@scripts/demo.sh $(BUILD)
+
+# `tessera serve` on the embedded default model (open mode, port 8080).
+serve: all
+	@scripts/serve.sh $(BUILD)
 
 bench: all
 	$(CLI) bench

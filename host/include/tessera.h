@@ -341,7 +341,7 @@ typedef struct tsr_session_stats {
                                  for)                                     */
   uint64_t bytes_to_device;   /* activations + descriptors (not weights)  */
   uint64_t bytes_from_device; /* results                                  */
-  uint64_t weight_bytes;      /* weights uploaded at session creation     */
+  uint64_t weight_bytes;      /* weights resident on the devices now       */
   uint64_t fallbacks;         /* ops (tiles) run on the CPU after a device failure */
   uint64_t retries;           /* device commands retried                  */
   double cpu_s;               /* wall time of ops run on the host         */
