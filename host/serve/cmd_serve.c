@@ -34,8 +34,9 @@ static void usage(FILE *f) {
           "      --tenants FILE     tenants, keys, classes and quotas (JSON; see\n"
           "                         host/serve/README.md); without it: open mode\n"
           "      --metrics-key KEY  key for all of /metrics (or admin_key in the file)\n"
-          "      --pool LIST        accelerators added and released with the load, as\n"
-          "                         --device entries (e.g. fmodel,fmodel or sim,sim)\n"
+          "      --pool LIST        accelerators added and released with the load: device\n"
+          "                         specs, each with an optional :N for N of them\n"
+          "                         (sim:4, fmodel:2, sim:2,fmodel:latency=40)\n"
           "      --pool-min N       pool devices always active (default 1)\n"
           "      --pool-high X      add a device when the load stays above X (0.8)\n"
           "      --pool-low X       release one when it stays below X (0.3)\n"
@@ -62,6 +63,59 @@ static int count_entries(const char *list) {
   int n = 1;
   for (const char *p = list; *p; p++) n += *p == ',';
   return n;
+}
+
+/* Expands a --pool list: each entry is a device spec, optionally followed
+ * by ":N" for N copies (sim:3, fmodel:latency=40:2, sim:2,fmodel). NULL with
+ * a message when malformed; malloc'd. */
+static char *expand_pool(const char *list) {
+  size_t cap = 1, len = 0;
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  out[0] = '\0';
+  int total = 0;
+  for (const char *p = list;;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = NULL;
+    for (const char *q = p; q < p + n; q++)
+      if (*q == ':') colon = q;
+    size_t base = n;
+    long copies = 1;
+    if (colon && colon + 1 < p + n) {
+      bool digits = true;
+      for (const char *q = colon + 1; q < p + n; q++) digits &= *q >= '0' && *q <= '9';
+      if (digits) {
+        copies = strtol(colon + 1, NULL, 10);
+        base = (size_t)(colon - p);
+      }
+    }
+    if (base == 0 || copies < 1 || copies > 63 || (total += (int)copies) > 63) {
+      fprintf(stderr, "tessera serve: --pool: '%.*s': a device spec with an optional :N, "
+                      "1 <= N, at most 63 devices in all\n", (int)n, p);
+      free(out);
+      return NULL;
+    }
+    for (long c = 0; c < copies; c++) {
+      size_t need = len + base + 2;
+      if (need > cap) {
+        cap = need * 2;
+        char *q = realloc(out, cap);
+        if (!q) {
+          free(out);
+          return NULL;
+        }
+        out = q;
+      }
+      if (len) out[len++] = ',';
+      memcpy(out + len, p, base);
+      len += base;
+      out[len] = '\0';
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return out;
 }
 
 /* Fills s->entry_* from the context's device list. */
@@ -92,7 +146,7 @@ int tsr_cmd_serve(int argc, char **argv) {
   const char *cmd = "serve";
   const char *model_specs[MAX_MODELS];
   int n_specs = 0;
-  const char *tenants_path = NULL, *pool = NULL, *port_file = NULL, *metrics_key = NULL;
+  const char *tenants_path = NULL, *pool_arg = NULL, *port_file = NULL, *metrics_key = NULL;
   int64_t threads = 0, port = 8080, max_seq = 0, pool_min = 1, pool_seqs = 4, parallel = 16,
           prefill_chunk = 32, step_tokens = 256, max_conn = 256, max_body = 1 << 20;
   double pool_high = 0.8, pool_low = 0.3, pool_window = 2, aging_ms = 2000;
@@ -151,7 +205,7 @@ int tsr_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "tessera serve: --pool: an empty list\n");
         return 2;
       }
-      pool = v;
+      pool_arg = v;
     } else if (!strcmp(a, "--pool-min")) {
       INT(pool_min, 0, 63);
     } else if (!strcmp(a, "--pool-seqs")) {
@@ -203,8 +257,13 @@ int tsr_cmd_serve(int argc, char **argv) {
     return 2;
   }
 
+  char *pool = NULL;
+  if (pool_arg && !(pool = expand_pool(pool_arg))) return 2;
   srv_t *s = calloc(1, sizeof *s);
-  if (!s) return 1;
+  if (!s) {
+    free(pool);
+    return 1;
+  }
   int rc = 1;
   char *devices = NULL;
   srv_options_t *o = &s->opt;
@@ -430,6 +489,7 @@ done:
   pthread_cond_destroy(&s->wake);
   pthread_mutex_destroy(&s->lock);
   free(devices);
+  free(pool);
   free(s);
   return rc;
 }

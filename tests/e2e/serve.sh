@@ -251,6 +251,33 @@ wait $CPID
   ok "SIGTERM: the request in flight was answered ($("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["completion_tokens"])' "$out/last.json") tokens)" ||
   bad "SIGTERM: the request in flight was lost: $(cat "$out/last.json")"
 
+# ---- a device lost mid-run (the RTL when it is built), a client gone mid-stream ----
+if [ -f "$BUILD/lib/libtessera_rtl.so" ]; then LOST="sim:lost_at=40"; else LOST="fmodel:lost"; fi
+start_server -m "stories=$M/stories260K.bin,$M/tok512.bin" --pool "fmodel,$LOST" --pool-min 2 --quiet -t 2
+"$T" loadgen --url "$URL" --model stories --clients 4 --requests 16 --max-tokens 40 \
+  --check-run "$RUN_ARGS" > "$out/lost.txt" 2>&1
+rc=$?
+lost=$(curl -s "$URL/metrics" | sed -n 's/^tessera_devices_lost //p')
+[ $rc = 0 ] && [ "$lost" = 1 ] && ok "device lost mid-run ($LOST): 16 answers equal to run, the device counted lost" ||
+  { bad "device lost mid-run ($LOST): loadgen exit $rc, devices_lost '$lost'"; tail -3 "$out/lost.txt"; }
+"$PY" - "$PORT" <<'EOF' || fail=1
+import socket, struct, sys
+body = b'{"model":"stories","prompt":"Once","max_tokens":500,"stream":true}'
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+got = b""
+while b"data: " not in got:
+    got += s.recv(4096)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close()  # gone after the first event
+EOF
+sleep 1
+curl -s "$URL/metrics" > "$out/m2.txt"
+if grep -q '^tessera_running_sequences 0$' "$out/m2.txt" && grep -q 'status="499"} 1$' "$out/m2.txt"; then
+  ok "a client gone mid-stream: its sequence freed, counted as 499"
+else bad "a client gone mid-stream: $(grep -E 'running_sequences |499' "$out/m2.txt")"; fi
+stop_server
+
 # ---- bad tenants files and options stop the server with the field named ----
 bad_tenants() { # name expected-text json
   printf '%s' "$3" > "$out/t.json"
