@@ -157,6 +157,11 @@ TSR_API TSR_MUST_USE tsr_status_t
 tsr_context_create(const tsr_context_options_t *opts, tsr_context_t **out_ctx);
 /* Releases `ctx`. NULL is accepted. */
 TSR_API void tsr_context_destroy(tsr_context_t *ctx);
+/* Entries of the context's device list, and entry e's spec as it was given
+ * ("cpu", "sim:latency=80,bw=32"); NULL for e out of range. Borrowed: valid
+ * while the context lives. */
+TSR_API int tsr_context_device_count(const tsr_context_t *ctx);
+TSR_API const char *tsr_context_device_spec(const tsr_context_t *ctx, int e);
 
 /* ------------------------------------------------------------------------ */
 /* Model                                                                    */

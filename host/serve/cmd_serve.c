@@ -59,85 +59,94 @@ static void usage(FILE *f) {
           CLI_DEVICE_HELP);
 }
 
-static int count_entries(const char *list) {
-  int n = 1;
-  for (const char *p = list; *p; p++) n += *p == ',';
-  return n;
+/* Whether a piece of a device list continues the previous entry's options
+ * ("bw=32" in "sim:latency=80,bw=32"): its text before any ':' holds '='
+ * (a device name never does). */
+static bool continues(const char *p, size_t n) {
+  for (size_t i = 0; i < n && p[i] != ':'; i++)
+    if (p[i] == '=') return true;
+  return false;
 }
 
-/* Expands a --pool list: each entry is a device spec, optionally followed
- * by ":N" for N copies (sim:3, fmodel:latency=40:2, sim:2,fmodel). NULL with
- * a message when malformed; malloc'd. */
-static char *expand_pool(const char *list) {
-  size_t cap = 1, len = 0;
+/* Expands a --pool list: device entries as --device takes them, each
+ * optionally followed by ":N" for N copies (sim:3, fmodel:latency=40:2,
+ * sim:2,fmodel); *entries receives the count. NULL with a message when
+ * malformed; malloc'd. */
+static char *expand_pool(const char *list, int *entries) {
+  size_t cap = strlen(list) * 2 + 16, len = 0;
   char *out = malloc(cap);
   if (!out) return NULL;
   out[0] = '\0';
   int total = 0;
   for (const char *p = list;;) {
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    const char *colon = NULL;
-    for (const char *q = p; q < p + n; q++)
-      if (*q == ':') colon = q;
-    size_t base = n;
-    long copies = 1;
-    if (colon && colon + 1 < p + n) {
-      bool digits = true;
-      for (const char *q = colon + 1; q < p + n; q++) digits &= *q >= '0' && *q <= '9';
-      if (digits) {
-        copies = strtol(colon + 1, NULL, 10);
-        base = (size_t)(colon - p);
+    /* one entry: a piece, then the pieces that continue its options */
+    const char *q = p;
+    for (;;) {
+      const char *c = strchr(q, ',');
+      if (!c || !continues(c + 1, strcspn(c + 1, ","))) {
+        q = c ? c : q + strlen(q);
+        break;
       }
+      q = c + 1;
     }
-    if (base == 0 || copies < 1 || copies > 63 || (total += (int)copies) > 63) {
+    size_t n = (size_t)(q - p), base = n;
+    const char *colon = NULL;
+    for (const char *r = p; r < p + n; r++)
+      if (*r == ':') colon = r;
+    long copies = 1;
+    if (colon && colon + 1 < p + n &&
+        strspn(colon + 1, "0123456789") == (size_t)(p + n - colon - 1)) {
+      copies = strtol(colon + 1, NULL, 10);
+      base = (size_t)(colon - p);
+    }
+    if (base == 0 || continues(p, n) || copies < 1 || copies > 63 ||
+        (total += (int)copies) > 63) {
       fprintf(stderr, "tessera serve: --pool: '%.*s': a device spec with an optional :N, "
                       "1 <= N, at most 63 devices in all\n", (int)n, p);
       free(out);
       return NULL;
     }
-    for (long c = 0; c < copies; c++) {
+    for (long k = 0; k < copies; k++) {
       size_t need = len + base + 2;
       if (need > cap) {
         cap = need * 2;
-        char *q = realloc(out, cap);
-        if (!q) {
+        char *o = realloc(out, cap);
+        if (!o) {
           free(out);
           return NULL;
         }
-        out = q;
+        out = o;
       }
       if (len) out[len++] = ',';
       memcpy(out + len, p, base);
       len += base;
       out[len] = '\0';
     }
-    if (!end) break;
-    p = end + 1;
+    if (!*q) break;
+    p = q + 1;
   }
+  *entries = total;
   return out;
 }
 
-/* Fills s->entry_* from the context's device list. */
-static bool split_entries(srv_t *s, const char *list, int n_fixed) {
-  s->n_entries = count_entries(list);
+/* The context's entries: names, cpu or not, fixed or pool (the first
+ * n_fixed entries are the --device ones). */
+static bool context_entries(srv_t *s, int n_fixed) {
+  s->n_entries = tsr_context_device_count(s->ctx);
   s->entry_names = calloc((size_t)s->n_entries, sizeof(char *));
   s->entry_is_cpu = calloc((size_t)s->n_entries, sizeof(bool));
   s->entry_in_pool = calloc((size_t)s->n_entries, sizeof(bool));
   if (!s->entry_names || !s->entry_is_cpu || !s->entry_in_pool) return false;
-  const char *p = list;
   for (int e = 0; e < s->n_entries; e++) {
-    const char *end = strchr(p, ',');
-    size_t n = end ? (size_t)(end - p) : strlen(p);
-    s->entry_names[e] = strndup(p, n);
+    const char *spec = tsr_context_device_spec(s->ctx, e);
+    s->entry_names[e] = strdup(spec);
     if (!s->entry_names[e]) return false;
-    s->entry_is_cpu[e] = !strcmp(s->entry_names[e], "cpu") || !strncmp(s->entry_names[e], "cpu:", 4);
+    s->entry_is_cpu[e] = !strcmp(spec, "cpu") || !strncmp(spec, "cpu:", 4);
     s->entry_in_pool[e] = e >= n_fixed;
     if (e < 64 && !s->entry_is_cpu[e]) {
       if (s->entry_in_pool[e]) s->pool_mask |= 1ull << e;
       else s->fixed_mask |= 1ull << e;
     }
-    p = end ? end + 1 : p + n;
   }
   return true;
 }
@@ -258,7 +267,8 @@ int tsr_cmd_serve(int argc, char **argv) {
   }
 
   char *pool = NULL;
-  if (pool_arg && !(pool = expand_pool(pool_arg))) return 2;
+  int pool_entries = 0;
+  if (pool_arg && !(pool = expand_pool(pool_arg, &pool_entries))) return 2;
   srv_t *s = calloc(1, sizeof *s);
   if (!s) {
     free(pool);
@@ -303,15 +313,23 @@ int tsr_cmd_serve(int argc, char **argv) {
   if (pool && fixed_given) snprintf(devices, dl, "%s,%s", fixed, pool);
   else if (pool) snprintf(devices, dl, "%s", pool);
   else snprintf(devices, dl, "%s", fixed && *fixed ? fixed : "cpu");
-  int n_fixed = pool ? (fixed_given ? count_entries(fixed) : 0) : count_entries(devices);
-  if (!split_entries(s, devices, n_fixed)) goto done;
+  copts.devices = devices;
+  copts.split = TSR_SPLIT_ROWS; /* every entry takes a share of each batch */
+  copts.n_threads = (int)threads;
+  tsr_status_t st = tsr_context_create(&copts, &s->ctx);
+  if (st) {
+    rc = cli_fail(cmd, st);
+    goto done;
+  }
+  if (!context_entries(s, tsr_context_device_count(s->ctx) - pool_entries)) goto done;
   if (s->n_entries > 64) {
     fprintf(stderr, "tessera serve: at most 64 device entries (%d given)\n", s->n_entries);
     goto done;
   }
   int pool_n = __builtin_popcountll(s->pool_mask);
-  if (pool && !pool_n) {
-    fprintf(stderr, "tessera serve: --pool: '%s' names no accelerator\n", pool);
+  if (pool && pool_n != pool_entries) {
+    fprintf(stderr, "tessera serve: --pool: '%s' names a cpu entry (the pool is of accelerators)\n",
+            pool_arg);
     goto done;
   }
   if (pool_min > pool_n && pool) {
@@ -324,14 +342,6 @@ int tsr_cmd_serve(int argc, char **argv) {
       s->pool_active |= 1ull << e;
       on++;
     }
-  copts.devices = devices;
-  if (s->n_entries > 1) copts.split = TSR_SPLIT_ROWS;
-  copts.n_threads = (int)threads;
-  tsr_status_t st = tsr_context_create(&copts, &s->ctx);
-  if (st) {
-    rc = cli_fail(cmd, st);
-    goto done;
-  }
 
   /* models and their engines */
   s->models = calloc((size_t)n_specs, sizeof(srv_model_t));
@@ -394,11 +404,6 @@ int tsr_cmd_serve(int argc, char **argv) {
       m->free_seqs[t] = calloc((size_t)parallel, sizeof(tsr_seq_t *));
       if (!m->free_seqs[t]) goto done;
     }
-  }
-  if (tsr_engine_device_count(s->models[0].engines[0]) != s->n_entries) {
-    fprintf(stderr, "tessera serve: the context has %d device entries, the list %d\n",
-            tsr_engine_device_count(s->models[0].engines[0]), s->n_entries);
-    goto done;
   }
   srv_metrics_init(s);
 

@@ -177,6 +177,13 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
   return TSR_OK;
 }
 
+int tsr_context_device_count(const tsr_context_t *ctx) { return ctx ? ctx->n_devs : 0; }
+
+const char *tsr_context_device_spec(const tsr_context_t *ctx, int e) {
+  if (!ctx || e < 0 || e >= ctx->n_devs) return NULL;
+  return ctx->devs[e].spec;
+}
+
 void tsr_context_destroy(tsr_context_t *ctx) {
   if (!ctx) return;
   for (int i = 0; i < ctx->n_devs; i++) {
