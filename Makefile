@@ -95,15 +95,16 @@ tests: all $(TEST_BINS) tsan-tests
 test: tests
 	@tests/run.sh $(BUILD)
 
-# ---- ThreadSanitizer: the library and the concurrency tests rebuilt with
-# -fsanitize=thread; tests/e2e/tsan.sh runs them (against this build's RTL
+# ---- ThreadSanitizer: the library, the concurrency tests and the CLI (for
+# the server under load) rebuilt with -fsanitize=thread; tests/e2e/tsan.sh runs them (against this build's RTL
 # library, which is not instrumented: the sim backend serializes its calls).
 TSAN_BUILD := $(BUILD)-tsan
 TSAN_TESTS := test_batch test_queue test_device_api
 .PHONY: tsan-tests test-tsan
 tsan-tests:
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O1 CFLAGS="-fsanitize=thread" \
-	    TSR_SKIP_DEPS=1 $(foreach t,$(TSAN_TESTS),$(if $(wildcard tests/unit/$(t).c),$(TSAN_BUILD)/tests/$(t)))
+	    TSR_SKIP_DEPS=1 $(TSAN_BUILD)/bin/tessera \
+	    $(foreach t,$(TSAN_TESTS),$(if $(wildcard tests/unit/$(t).c),$(TSAN_BUILD)/tests/$(t)))
 
 test-tsan: all tsan-tests
 	@sh tests/e2e/tsan.sh $(BUILD)

@@ -406,6 +406,19 @@ int tsr_cmd_serve(int argc, char **argv) {
     }
   }
   srv_metrics_init(s);
+  for (int i = 0; i < s->n_models; i++)
+    fprintf(stderr, "tessera serve: model '%s' (%s): %d layers, dim %d, vocab %d, context %d\n",
+            s->models[i].name, s->models[i].path, s->models[i].cfg.n_layers,
+            s->models[i].cfg.dim, s->models[i].cfg.vocab_size, s->models[i].cfg.seq_len);
+  fprintf(stderr, "tessera serve: devices %s (fixed %d, pool %d of which %d active), %s\n",
+          devices, __builtin_popcountll(s->fixed_mask), pool_n,
+          __builtin_popcountll(s->pool_active),
+          sopts.precision == TSR_PRECISION_INT8 ? "int8" : "fp32");
+  if (s->open_mode)
+    fprintf(stderr, "tessera serve: no --tenants file: open mode, one tenant 'default' "
+                    "(standard class), no API keys asked\n");
+  else
+    fprintf(stderr, "tessera serve: %d tenants from %s\n", s->n_tenants, tenants_path);
 
   /* signals go to the main thread alone */
   sigset_t sigs;
@@ -422,19 +435,6 @@ int tsr_cmd_serve(int argc, char **argv) {
     srv_sched_stop(s);
     goto done;
   }
-  for (int i = 0; i < s->n_models; i++)
-    fprintf(stderr, "tessera serve: model '%s' (%s): %d layers, dim %d, vocab %d, context %d\n",
-            s->models[i].name, s->models[i].path, s->models[i].cfg.n_layers,
-            s->models[i].cfg.dim, s->models[i].cfg.vocab_size, s->models[i].cfg.seq_len);
-  fprintf(stderr, "tessera serve: devices %s (fixed %d, pool %d of which %d active), %s\n",
-          devices, __builtin_popcountll(s->fixed_mask), pool_n,
-          __builtin_popcountll(s->pool_active),
-          sopts.precision == TSR_PRECISION_INT8 ? "int8" : "fp32");
-  if (s->open_mode)
-    fprintf(stderr, "tessera serve: no --tenants file: open mode, one tenant 'default' "
-                    "(standard class), no API keys asked\n");
-  else
-    fprintf(stderr, "tessera serve: %d tenants from %s\n", s->n_tenants, tenants_path);
   fprintf(stderr, "tessera serve: listening on http://%s:%d\n", host, s->opt.port);
   if (port_file) {
     char tmp[4096];
