@@ -189,6 +189,12 @@ char *srv_metrics_render(srv_t *s, const srv_tenant_t *only, size_t *len) {
       put(&b, "\"} %" PRIu64 "\n", v);
     }
   }
+  head(&b, "tessera_eval_seconds_total", "counter", "Wall time of the forward passes.");
+  put(&b, "tessera_eval_seconds_total %.6f\n", m->eval_s);
+  head(&b, "tessera_host_op_seconds_total", "counter", "Of it, the ops run on the host.");
+  put(&b, "tessera_host_op_seconds_total %.6f\n", m->host_op_s);
+  head(&b, "tessera_board_projected_seconds_total", "counter", "The devices' work as their boards would take it: cycles at the stated clock, launch latency, copies over the link.");
+  put(&b, "tessera_board_projected_seconds_total %.6f\n", m->board_s);
   head(&b, "tessera_device_active", "gauge", "1 if the device is offered to engines now (fixed, or an active pool device).");
   for (int e = 0; e < s->n_entries; e++) {
     if (s->entry_is_cpu[e]) continue;

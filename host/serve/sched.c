@@ -130,13 +130,8 @@ static void admit(srv_t *s, double now) {
   }
   for (int i = 0; i < s->n_waiting;) {
     srv_req_t *r = s->waiting[i];
-    if (r->cancelled || s->stop_now) {
+    if (r->cancelled) {
       s->waiting[i] = s->waiting[--s->n_waiting];
-      if (s->stop_now && !r->cancelled) {
-        free(r->error);
-        r->error = strdup("the server is shutting down");
-        r->error_status = 503;
-      }
       finish(s, r, NULL);
     } else {
       i++;
@@ -302,7 +297,6 @@ static void eval_step(srv_t *s, sched_t *k, const uint64_t *want_mask, tsr_statu
       int idx = mi * s->n_tenants + t;
       sts[idx] = TSR_OK;
       k->busy_dt[idx] = 0;
-      if (tsr_batch_size(m->batches[t]) == 0) continue;
       uint64_t keep = s->fixed_mask | s->pool_active;
       if (want_mask[idx] != m->engine_mask[t]) {
         tsr_status_t st = tsr_engine_set_devices(m->engines[t], want_mask[idx], keep);
@@ -314,6 +308,7 @@ static void eval_step(srv_t *s, sched_t *k, const uint64_t *want_mask, tsr_statu
         }
         m->engine_mask[t] = want_mask[idx];
       }
+      if (tsr_batch_size(m->batches[t]) == 0) continue;
       double t0 = srv_now();
       sts[idx] = tsr_engine_eval(m->engines[t], m->batches[t]);
       k->busy_dt[idx] = srv_now() - t0;
@@ -395,6 +390,18 @@ static void apply_step(srv_t *s, sched_t *k, tsr_status_t *sts, double now) {
     }
     srv_req_unref(s, r);
   }
+  /* time: measured, and the devices' share as their boards would take it */
+  double host_op = 0, board = 0;
+  for (int mi = 0; mi < s->n_models; mi++)
+    for (int t = 0; t < s->n_tenants; t++) {
+      tsr_session_stats_t st;
+      tsr_engine_get_stats(s->models[mi].engines[t], &st);
+      host_op += st.cpu_s;
+      board += st.board_projected_s;
+      s->m.eval_s += k->busy_dt[mi * s->n_tenants + t];
+    }
+  s->m.host_op_s = host_op;
+  s->m.board_s = board;
   /* the devices' counters, for /metrics */
   for (int e = 0; e < s->n_entries; e++) {
     uint64_t acc[4] = {0};

@@ -139,6 +139,9 @@ typedef struct srv_metrics {
   /* per context entry, all engines: launches, fallbacks, retries, cycles
    * (copied by the scheduler after each step) */
   uint64_t (*dev)[4];
+  /* forward passes: their wall time; of it, the ops run on the host; and the
+   * devices' work projected on their boards (every engine together) */
+  double eval_s, host_op_s, board_s;
   double t_start;
 } srv_metrics_t;
 
@@ -187,8 +190,7 @@ struct srv {
   uint64_t lost_mask;   /* entries some engine gave up after failures */
   double load;          /* last computed pool load */
   double above_since, below_since, last_scale_t;
-  bool stopping;        /* no new requests; drain */
-  bool stop_now;        /* scheduler exits */
+  bool stopping;        /* no new requests; drain, then the scheduler exits */
   srv_metrics_t m;
   pthread_t sched_thread;
   struct MHD_Daemon *daemon;
