@@ -9,7 +9,7 @@
 #     plus the devices' work as their boards would take it (cycles at the
 #     stated clock, launch latency, copies over the link; /metrics'
 #     tessera_*_seconds_total). Every greedy answer is checked against
-#     `tessera run`.
+#     `tessera run`. Each point is the median of REPS (3) runs.
 #  2. TTFT and inter-token latency by tenant class at 16 clients (premium and
 #     standard, 1:3), CPU plus a pool of two devices.
 #  3. A load step (1, 16, then 1 client) with a pool of POOL (default
@@ -28,6 +28,7 @@ MAX_TOKENS=${MAX_TOKENS:-64}
 DEVICE=${DEVICE:-fmodel}
 POOL=${POOL:-fmodel:3}
 THREADS=${THREADS:-2}
+REPS=${REPS:-3}
 mkdir -p "$OUT"
 SPID=
 trap '[ -n "$SPID" ] && kill -KILL $SPID 2> /dev/null; true' EXIT
@@ -53,24 +54,27 @@ start() { # serve options...
 stop() { kill -TERM $SPID; wait $SPID; SPID=; }
 metric() { curl -s ${KEY:+-H "Authorization: Bearer $KEY"} "$URL/metrics" | sed -n "s/^$1 //p"; }
 
-echo "model mode clients requests tokens wall_s tok_s projected_tok_s ttft_p50_ms ttft_p99_ms itl_p50_ms itl_p99_ms" > "$OUT/throughput.txt"
+echo "model mode clients requests tokens wall_s tok_s projected_tok_s ttft_p50_ms ttft_p99_ms itl_p50_ms itl_p99_ms" > "$OUT/runs.txt"
 for spec in "$@"; do
   name=${spec%%|*}; rest=${spec#*|}; file=${rest%%|*}; runargs=${rest#*|}
   for mode in cpu offload; do
     if [ $mode = cpu ]; then start -m "$name=$file" --parallel 64
     else start -m "$name=$file" --parallel 64 --device "$DEVICE" --quiet; fi
     for c in $CLIENTS; do
-      n=$((c * 4)); [ $n -lt 16 ] && n=16
-      e0=$(metric tessera_eval_seconds_total); h0=$(metric tessera_host_op_seconds_total)
-      b0=$(metric tessera_board_projected_seconds_total)
-      "$T" loadgen --url "$URL" --model "$name" --clients "$c" --requests "$n" \
-        --max-tokens "$MAX_TOKENS" --prompt "Once upon a time" --prompt "The little dog" \
-        --check-run "$runargs --precision int8" --json "$OUT/$name.$mode.$c.json" > "$OUT/lg.txt" 2>&1 ||
-        { echo "serve-bench: loadgen failed:"; tail -5 "$OUT/lg.txt"; exit 1; }
-      e1=$(metric tessera_eval_seconds_total); h1=$(metric tessera_host_op_seconds_total)
-      b1=$(metric tessera_board_projected_seconds_total)
-      python3 - "$OUT/$name.$mode.$c.json" "$name" "$mode" "$c" "$e0" "$e1" "$h0" "$h1" "$b0" "$b1" \
-        >> "$OUT/throughput.txt" <<'EOF'
+      n=$((c * 8)); [ $n -lt 64 ] && n=64
+      rep=0
+      while [ $rep -lt "$REPS" ]; do
+        rep=$((rep + 1))
+        e0=$(metric tessera_eval_seconds_total); h0=$(metric tessera_host_op_seconds_total)
+        b0=$(metric tessera_board_projected_seconds_total)
+        "$T" loadgen --url "$URL" --model "$name" --clients "$c" --requests "$n" \
+          --max-tokens "$MAX_TOKENS" --prompt "Once upon a time" --prompt "The little dog" \
+          --check-run "$runargs --precision int8" --json "$OUT/run.json" > "$OUT/lg.txt" 2>&1 ||
+          { echo "serve-bench: loadgen failed:"; tail -5 "$OUT/lg.txt"; exit 1; }
+        e1=$(metric tessera_eval_seconds_total); h1=$(metric tessera_host_op_seconds_total)
+        b1=$(metric tessera_board_projected_seconds_total)
+        python3 - "$OUT/run.json" "$name" "$mode" "$c" "$e0" "$e1" "$h0" "$h1" "$b0" "$b1" \
+          >> "$OUT/runs.txt" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 name, mode, c = sys.argv[2:5]
@@ -83,11 +87,25 @@ print(name, mode, c, r["requests"], r["tokens"], "%.3f" % wall, "%.1f" % r["tok_
       "%.2f" % cls["ttft_ms"]["p50"], "%.2f" % cls["ttft_ms"]["p99"],
       "%.3f" % cls["itl_ms"]["p50"], "%.3f" % cls["itl_ms"]["p99"])
 EOF
-      tail -n 1 "$OUT/throughput.txt"
+      done
     done
     stop
   done
 done
+# the median run (by tok/s) of each (model, mode, clients)
+python3 - "$OUT/runs.txt" > "$OUT/throughput.txt" <<'EOF'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+head, rows = rows[0], rows[1:]
+groups = {}
+for r in rows:
+    groups.setdefault(tuple(r[:3]), []).append(r)
+print(" ".join(head), "runs")
+for k, g in groups.items():
+    g.sort(key=lambda r: float(r[6]))
+    print(" ".join(g[len(g) // 2]), len(g))
+EOF
+cat "$OUT/throughput.txt"
 
 # ---- latency by tenant class at 16 clients, and the load step ----
 cat > "$OUT/tenants.json" <<'EOF'

@@ -1259,9 +1259,13 @@ static int lg_wait_ms(const lg_run_t *r, double t) {
     end += o->phases[i].seconds;
     if (end > t) next = fmin(next, end);
   }
-  for (size_t i = 0; i < r->n_clients; i++)
-    if (!r->clients[i].busy && r->clients[i].resume_at > t)
-      next = fmin(next, r->clients[i].resume_at);
+  int64_t active = lg_active(r, t);
+  for (size_t i = 0; i < r->n_clients; i++) {
+    if (r->clients[i].busy) continue;
+    /* an idle client that may send now: no waiting */
+    if ((int64_t)i < active && r->clients[i].resume_at <= t && lg_more(r, t)) return 0;
+    if (r->clients[i].resume_at > t) next = fmin(next, r->clients[i].resume_at);
+  }
   double ms = ceil((next - t) * 1000.0);
   return ms < 0 ? 0 : (int)ms;
 }
