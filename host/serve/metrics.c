@@ -117,6 +117,18 @@ static void hist(buf_t *b, const char *name, const srv_hist_t *h, const double *
       name, cls, h->n);
 }
 
+/* A counter with one series per tenant (only `only`'s when non-NULL). */
+static void tenant_counter(buf_t *b, const srv_t *s, const srv_tenant_t *only, const char *name,
+                           const char *help, const uint64_t *v) {
+  head(b, name, "counter", help);
+  for (int t = 0; t < s->n_tenants; t++) {
+    if (only && only != &s->tenants[t]) continue;
+    put(b, "%s{tenant=\"", name);
+    put_label(b, s->tenants[t].name);
+    put(b, "\"} %" PRIu64 "\n", v[t]);
+  }
+}
+
 char *srv_metrics_render(srv_t *s, const srv_tenant_t *only, size_t *len) {
   srv_metrics_t *m = &s->m;
   buf_t b = {.cap = 8192};
@@ -133,20 +145,10 @@ char *srv_metrics_render(srv_t *s, const srv_tenant_t *only, size_t *len) {
       put(&b, "\",status=\"%d\"} %" PRIu64 "\n", status_codes[i], m->requests[t][i]);
     }
   }
-  head(&b, "tessera_prompt_tokens_total", "counter", "Prompt tokens evaluated (BOS included), by tenant.");
-  for (int t = 0; t < s->n_tenants; t++) {
-    if (only && only != &s->tenants[t]) continue;
-    put(&b, "tessera_prompt_tokens_total{tenant=\"");
-    put_label(&b, s->tenants[t].name);
-    put(&b, "\"} %" PRIu64 "\n", m->prompt_tokens[t]);
-  }
-  head(&b, "tessera_generated_tokens_total", "counter", "Completion tokens generated, by tenant.");
-  for (int t = 0; t < s->n_tenants; t++) {
-    if (only && only != &s->tenants[t]) continue;
-    put(&b, "tessera_generated_tokens_total{tenant=\"");
-    put_label(&b, s->tenants[t].name);
-    put(&b, "\"} %" PRIu64 "\n", m->generated_tokens[t]);
-  }
+  tenant_counter(&b, s, only, "tessera_prompt_tokens_total",
+                 "Prompt tokens evaluated (BOS included), by tenant.", m->prompt_tokens);
+  tenant_counter(&b, s, only, "tessera_generated_tokens_total",
+                 "Completion tokens generated, by tenant.", m->generated_tokens);
   head(&b, "tessera_ttft_seconds", "histogram", "Time from arrival to the first completion token, by tenant class.");
   for (int c = 0; c < SRV_CLASSES; c++)
     hist(&b, "tessera_ttft_seconds", &m->ttft[c], srv_ttft_bounds, srv_class_name((srv_class_t)c));

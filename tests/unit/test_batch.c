@@ -81,37 +81,7 @@ static int evals_of(const seq_spec_t *sp) {
   return (sp->prompt_len + sp->chunk - 1) / sp->chunk + sp->decode;
 }
 
-typedef struct {
-  tsr_context_t *ctx;
-  tsr_model_t *model;
-  int vocab;
-} rig_t;
-
-static tsr_status_t rig_open(rig_t *r, const char *path, const char *devices,
-                             tsr_split_t split) {
-  memset(r, 0, sizeof *r);
-  tsr_context_options_t o;
-  tsr_context_options_init(&o);
-  o.n_threads = 2;
-  o.devices = devices;
-  o.offload = TSR_OFFLOAD_ALL;
-  o.split = split;
-  o.quiet = true;
-  o.fallback = false; /* a device failure must show, not hide behind the host */
-  tsr_status_t s = tsr_context_create(&o, &r->ctx);
-  if (!s) s = tsr_model_load(r->ctx, path, NULL, &r->model);
-  if (!s) {
-    tsr_model_config_t c;
-    tsr_model_config(r->model, &c);
-    r->vocab = c.vocab_size;
-  }
-  return s;
-}
-
-static void rig_close(rig_t *r) {
-  tsr_model_destroy(r->model);
-  tsr_context_destroy(r->ctx);
-}
+typedef tsr_test_rig_t rig_t;
 
 /* Runs the schedule as batches on one engine. Sequences are created when
  * they join and destroyed when they leave. */
@@ -245,8 +215,8 @@ static void check_case(const char *path, const char *devices, tsr_split_t split,
            prec == TSR_PRECISION_INT8 ? "int8" : "fp32", pattern, max_rows,
            path == tiny_path ? " (tiny model)" : "");
   rig_t r, host;
-  tsr_status_t s = rig_open(&r, path, devices, split);
-  if (!s) s = rig_open(&host, path, "cpu", TSR_SPLIT_LAYERS);
+  tsr_status_t s = tsr_test_rig_open(&r, path, devices, split, 0);
+  if (!s) s = tsr_test_rig_open(&host, path, "cpu", TSR_SPLIT_LAYERS, 0);
   TSR_ASSERT_OK(s);
   if (s) return;
   tsr_session_options_t so;
@@ -277,8 +247,8 @@ static void check_case(const char *path, const char *devices, tsr_split_t split,
                                     : " (the host alone differs)");
   out_free(bat, n);
   out_free(solo, n);
-  rig_close(&host);
-  rig_close(&r);
+  tsr_test_rig_close(&host);
+  tsr_test_rig_close(&r);
 }
 
 static void test_cpu(void) {
@@ -335,7 +305,7 @@ static void test_sim(void) {
 /* A sequence reset while another continues evaluates exactly as a new one. */
 static void test_reset(void) {
   rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, model_path, "fmodel", TSR_SPLIT_LAYERS));
+  TSR_ASSERT_OK(tsr_test_rig_open(&r, model_path, "fmodel", TSR_SPLIT_LAYERS, 0));
   tsr_session_options_t so;
   tsr_session_options_init(&so);
   so.precision = TSR_PRECISION_INT8;
@@ -379,14 +349,14 @@ static void test_reset(void) {
   tsr_seq_destroy(b);
   tsr_seq_destroy(fresh);
   tsr_engine_destroy(e);
-  rig_close(&r);
+  tsr_test_rig_close(&r);
 }
 
 /* ---- the API's checks ---- */
 
 static void test_errors(void) {
   rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, model_path, "cpu", TSR_SPLIT_LAYERS));
+  TSR_ASSERT_OK(tsr_test_rig_open(&r, model_path, "cpu", TSR_SPLIT_LAYERS, 0));
   tsr_session_options_t so;
   tsr_session_options_init(&so);
   so.precision = TSR_PRECISION_INT8;
@@ -443,7 +413,7 @@ static void test_errors(void) {
   tsr_seq_destroy(c);
   tsr_engine_destroy(e);
   tsr_engine_destroy(e2);
-  rig_close(&r);
+  tsr_test_rig_close(&r);
   /* --split rows with per-op placement is contradictory */
   tsr_context_options_t o;
   tsr_context_options_init(&o);
@@ -526,8 +496,8 @@ static void *worker(void *arg) {
 
 static void threads_case(const char *path, const char *devices, const char *pattern) {
   rig_t r, host;
-  tsr_status_t s = rig_open(&r, path, devices, TSR_SPLIT_LAYERS);
-  if (!s) s = rig_open(&host, path, "cpu", TSR_SPLIT_LAYERS);
+  tsr_status_t s = tsr_test_rig_open(&r, path, devices, TSR_SPLIT_LAYERS, 0);
+  if (!s) s = tsr_test_rig_open(&host, path, "cpu", TSR_SPLIT_LAYERS, 0);
   TSR_ASSERT_OK(s);
   if (s) return;
   tsr_session_options_t so;
@@ -564,8 +534,8 @@ static void threads_case(const char *path, const char *devices, const char *patt
     tsr_engine_destroy(shared);
   }
   out_free(expect, N_THREADS * PER_THREAD);
-  rig_close(&host);
-  rig_close(&r);
+  tsr_test_rig_close(&host);
+  tsr_test_rig_close(&r);
 }
 
 static void test_threads_fmodel(void) {

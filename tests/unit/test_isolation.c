@@ -76,32 +76,7 @@ static int32_t script_token(int i) { return (int32_t)((i * 97 + 11) % (VOCAB - 1
 
 /* ---- rigs and streams ---- */
 
-typedef struct {
-  tsr_context_t *ctx;
-  tsr_model_t *model;
-} rig_t;
-
-static tsr_status_t rig_open(rig_t *r, const char *devices, tsr_split_t split) {
-  memset(r, 0, sizeof *r);
-  tsr_context_options_t o;
-  tsr_context_options_init(&o);
-  o.n_threads = 2;
-  o.devices = devices;
-  o.offload = TSR_OFFLOAD_ALL;
-  o.split = split;
-  o.quiet = true;
-  o.fallback = false; /* a device failure must show, not hide behind the host */
-  o.device_timeout_ms = 60000;
-  tsr_status_t s = tsr_context_create(&o, &r->ctx);
-  if (!s) s = tsr_model_load(r->ctx, model_path, NULL, &r->model);
-  return s;
-}
-
-static void rig_close(rig_t *r) {
-  tsr_model_destroy(r->model);
-  tsr_context_destroy(r->ctx);
-  memset(r, 0, sizeof *r);
-}
+typedef tsr_test_rig_t rig_t;
 
 /* int8, 16 rows per pass, a window per device; `dense`: int8 dense
  * attention instead of the reference. */
@@ -183,7 +158,7 @@ static bool need_ref(int dense) {
   tsr_engine_t *e = NULL;
   tsr_seq_t *seq = NULL;
   tsr_batch_t *b = NULL;
-  tsr_status_t s = rig_open(&r, NULL, TSR_SPLIT_LAYERS);
+  tsr_status_t s = tsr_test_rig_open(&r, model_path, NULL, TSR_SPLIT_LAYERS, 60000);
   if (!s) s = tsr_engine_create(r.model, &so, &e);
   if (!s) s = tsr_seq_create(e, &seq);
   if (!s) s = tsr_batch_create(0, &b);
@@ -202,7 +177,7 @@ static bool need_ref(int dense) {
   tsr_batch_destroy(b);
   tsr_seq_destroy(seq);
   tsr_engine_destroy(e);
-  rig_close(&r);
+  tsr_test_rig_close(&r);
   ref_done[dense] = true;
   return ref_done[dense];
 }
@@ -274,7 +249,7 @@ static bool pair_open(pair_t *p) {
   memset(p, 0, sizeof *p);
   tsr_session_options_t so;
   engine_options(&so, true, false);
-  tsr_status_t s = rig_open(&p->r, g_backend, TSR_SPLIT_LAYERS);
+  tsr_status_t s = tsr_test_rig_open(&p->r, model_path, g_backend, TSR_SPLIT_LAYERS, 60000);
   if (!s) s = tsr_engine_create(p->r.model, &so, &p->a);
   if (!s) s = tsr_engine_create(p->r.model, &so, &p->b);
   if (s) fprintf(stderr, "%s: %s\n", g_backend, tsr_status_message(s));
@@ -285,7 +260,7 @@ static bool pair_open(pair_t *p) {
 static void pair_close(pair_t *p) {
   tsr_engine_destroy(p->a);
   tsr_engine_destroy(p->b);
-  rig_close(&p->r);
+  tsr_test_rig_close(&p->r);
 }
 
 /* Runs the whole script on a new sequence of engine e and checks each
@@ -559,10 +534,10 @@ static void test_rows_split_on_off(void) {
   tsr_session_options_t so;
   engine_options(&so, true, false);
   tsr_engine_t *eng = NULL;
-  TSR_ASSERT_OK(rig_open(&r, "fmodel,fmodel", TSR_SPLIT_ROWS));
+  TSR_ASSERT_OK(tsr_test_rig_open(&r, model_path, "fmodel,fmodel", TSR_SPLIT_ROWS, 60000));
   if (r.model) TSR_ASSERT_OK(tsr_engine_create(r.model, &so, &eng));
   if (!eng) {
-    rig_close(&r);
+    tsr_test_rig_close(&r);
     return;
   }
   const tsr_exec_t *o = eng;
@@ -625,7 +600,7 @@ static void test_rows_split_on_off(void) {
   tsr_seq_destroy(s1.seq);
   tsr_seq_destroy(s2.seq);
   tsr_engine_destroy(eng);
-  rig_close(&r);
+  tsr_test_rig_close(&r);
 }
 
 /* "fmodel,cpu", layers split, int8 dense attention with the KV caches on
@@ -638,10 +613,10 @@ static void test_layer_split_attention_on_off(void) {
   tsr_session_options_t so;
   engine_options(&so, true, true);
   tsr_engine_t *eng = NULL;
-  TSR_ASSERT_OK(rig_open(&r, "fmodel,cpu", TSR_SPLIT_LAYERS));
+  TSR_ASSERT_OK(tsr_test_rig_open(&r, model_path, "fmodel,cpu", TSR_SPLIT_LAYERS, 60000));
   if (r.model) TSR_ASSERT_OK(tsr_engine_create(r.model, &so, &eng));
   if (!eng) {
-    rig_close(&r);
+    tsr_test_rig_close(&r);
     return;
   }
   const tsr_exec_t *o = eng;
@@ -702,7 +677,7 @@ done:
   tsr_seq_destroy(s2.seq);
   tsr_seq_destroy(s3.seq);
   tsr_engine_destroy(eng);
-  rig_close(&r);
+  tsr_test_rig_close(&r);
 }
 
 static void test_set_devices_errors(void) {

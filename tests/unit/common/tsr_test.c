@@ -243,3 +243,31 @@ int tsr_test_gen_model(char *path, size_t cap, const char *name, int dim, int hi
   tsr_status_free(s);
   return s ? 1 : 0;
 }
+
+tsr_status_t tsr_test_rig_open(tsr_test_rig_t *r, const char *path, const char *devices,
+                               tsr_split_t split, uint32_t timeout_ms) {
+  memset(r, 0, sizeof *r);
+  tsr_context_options_t o;
+  tsr_context_options_init(&o);
+  o.n_threads = 2;
+  o.devices = devices;
+  o.offload = TSR_OFFLOAD_ALL;
+  o.split = split;
+  o.quiet = true;
+  o.fallback = false;
+  if (timeout_ms) o.device_timeout_ms = timeout_ms;
+  tsr_status_t s = tsr_context_create(&o, &r->ctx);
+  if (!s) s = tsr_model_load(r->ctx, path, NULL, &r->model);
+  if (!s) {
+    tsr_model_config_t cfg;
+    tsr_model_config(r->model, &cfg);
+    r->vocab = cfg.vocab_size;
+  }
+  return s;
+}
+
+void tsr_test_rig_close(tsr_test_rig_t *r) {
+  tsr_model_destroy(r->model);
+  tsr_context_destroy(r->ctx);
+  memset(r, 0, sizeof *r);
+}

@@ -25,6 +25,18 @@ int tsr_test_gen_model(char *path, size_t cap, const char *name, int dim, int hi
                        int layers, int heads, int kv_heads, int vocab, int seq_len,
                        uint64_t seed);
 
+/* A context on `devices` (offload all, `split`, 2 threads, quiet, fallback
+ * off so that a device failure shows instead of hiding behind the host;
+ * watchdog `timeout_ms`, 0 = the default) with the model at `path`. */
+typedef struct tsr_test_rig {
+  tsr_context_t *ctx;
+  tsr_model_t *model;
+  int vocab;
+} tsr_test_rig_t;
+tsr_status_t tsr_test_rig_open(tsr_test_rig_t *r, const char *path, const char *devices,
+                               tsr_split_t split, uint32_t timeout_ms);
+void tsr_test_rig_close(tsr_test_rig_t *r);
+
 /* splitmix64, as in the gemm CLI contract. */
 static inline uint64_t tsr_test_splitmix64(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
