@@ -139,6 +139,6 @@ clean:
 	rm -rf $(BUILD)
 
 # Hardware, simulation and other fragments add their own targets.
-include $(sort $(wildcard hw/*.mk sim/*.mk hls/*.mk kernels/*.mk driver/*.mk tests/*.mk examples/*.mk))
+include $(sort $(wildcard hw/*.mk sim/*.mk hls/*.mk kernels/*.mk driver/*.mk tests/*.mk examples/*.mk fuzz/*.mk))
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
