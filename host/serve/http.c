@@ -47,41 +47,6 @@ typedef struct conn_ctx {
 
 /* ---- requests ---- */
 
-void srv_req_unref(srv_t *s, srv_req_t *r) {
-  (void)s;
-  if (--r->refs > 0) return;
-  tsr_sampler_destroy(r->sampler);
-  free(r->prompt);
-  free(r->text);
-  free(r->marks);
-  free(r->out);
-  free(r->error);
-  free(r);
-}
-
-bool srv_req_append(srv_req_t *r, const char *p, size_t n) {
-  if (r->text_len + n + 1 > r->text_cap) {
-    size_t cap = r->text_cap ? r->text_cap * 2 : 256;
-    while (cap < r->text_len + n + 1) cap *= 2;
-    char *q = realloc(r->text, cap);
-    if (!q) return false;
-    r->text = q;
-    r->text_cap = cap;
-  }
-  if (r->n_marks == r->cap_marks) {
-    int cap = r->cap_marks ? r->cap_marks * 2 : 64;
-    size_t *q = realloc(r->marks, sizeof(size_t) * (size_t)cap);
-    if (!q) return false;
-    r->marks = q;
-    r->cap_marks = cap;
-  }
-  memcpy(r->text + r->text_len, p, n);
-  r->text_len += n;
-  r->text[r->text_len] = '\0';
-  r->marks[r->n_marks++] = r->text_len;
-  return true;
-}
-
 void srv_req_notify(srv_t *s, srv_req_t *r) {
   (void)s;
   if (!r->stream && r->state != SRV_DONE) return;
@@ -232,27 +197,6 @@ static bool is_admin(srv_t *s, const char *key) {
 
 static int64_t now_unix(void) { return (int64_t)time(NULL); }
 
-/* A field's JSON value checked against a type; NULL when absent or null. */
-static const char *const neutral_fields[] = {"frequency_penalty", "presence_penalty", "logprobs",
-                                             "best_of", "n", "suffix", "stop", "user",
-                                             "logit_bias", "stream_options"};
-
-/* Whether an accepted-but-unsupported field has its neutral value. */
-static bool neutral(const char *k, json_t *v) {
-  if (json_is_null(v)) return true;
-  if (!strcmp(k, "user")) return json_is_string(v);
-  if (!strcmp(k, "frequency_penalty") || !strcmp(k, "presence_penalty"))
-    return json_is_number(v) && json_number_value(v) == 0;
-  if (!strcmp(k, "best_of") || !strcmp(k, "n"))
-    return json_is_integer(v) && json_integer_value(v) == 1;
-  if (!strcmp(k, "stop") || !strcmp(k, "logit_bias"))
-    return (json_is_array(v) && json_array_size(v) == 0) ||
-           (json_is_object(v) && json_object_size(v) == 0);
-  if (!strcmp(k, "stream_options")) return json_is_object(v);
-  if (!strcmp(k, "logprobs")) return json_is_false(v) || (json_is_integer(v) && !json_integer_value(v));
-  return false;
-}
-
 static enum MHD_Result completions(srv_t *s, struct MHD_Connection *c, conn_ctx_t *cc,
                                    srv_tenant_t *tenant);
 
@@ -374,176 +318,13 @@ static enum MHD_Result answer(srv_t *s, struct MHD_Connection *c, conn_ctx_t *cc
 
 static enum MHD_Result completions(srv_t *s, struct MHD_Connection *c, conn_ctx_t *cc,
                                    srv_tenant_t *tenant) {
-  json_error_t jerr;
-  json_t *body = json_loadb(cc->body ? cc->body : "", cc->len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!body)
-    return send_error(c, cc, 400, NULL, "invalid_json", 0,
-                      "the body is not JSON: %s (line %d, column %d)", jerr.text, jerr.line,
-                      jerr.column);
   enum MHD_Result ret;
-#define BAD(param, ...)                                            \
-  do {                                                             \
-    ret = send_error(c, cc, 400, param, "invalid_value", 0, __VA_ARGS__); \
-    goto out;                                                      \
-  } while (0)
+  srv_error_t err;
   srv_req_t *r = NULL;
-  if (!json_is_object(body)) BAD(NULL, "the body must be a JSON object");
-  const char *k;
-  json_t *v;
-  static const char *const known[] = {"model", "prompt", "max_tokens", "temperature", "top_p",
-                                      "seed", "stream", "echo", "priority"};
-  json_object_foreach(body, k, v) {
-    bool ok = false;
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) ok |= !strcmp(k, known[i]);
-    if (ok) continue;
-    bool acc = false;
-    for (size_t i = 0; i < sizeof neutral_fields / sizeof neutral_fields[0]; i++)
-      acc |= !strcmp(k, neutral_fields[i]);
-    if (!acc) BAD(k, "unknown field '%s'", k);
-    if (!neutral(k, v)) BAD(k, "'%s' is not supported (only its default value is accepted)", k);
-  }
-  /* model */
-  srv_model_t *m = NULL;
-  v = json_object_get(body, "model");
-  if (v && !json_is_null(v)) {
-    if (!json_is_string(v)) BAD("model", "model: must be a string");
-    for (int i = 0; i < s->n_models; i++)
-      if (!strcmp(s->models[i].name, json_string_value(v))) m = &s->models[i];
-    if (!m) {
-      ret = send_error(c, cc, 404, "model", "model_not_found", 0,
-                       "model '%s' is not served here (GET /v1/models lists them)",
-                       json_string_value(v));
-      goto out;
-    }
-  } else if (s->n_models == 1) {
-    m = &s->models[0];
-  } else {
-    BAD("model", "model: required when several models are served");
-  }
-  /* prompt: a string, or an array of one string */
-  v = json_object_get(body, "prompt");
-  const char *prompt = "";
-  if (json_is_array(v) && json_array_size(v) == 1) v = json_array_get(v, 0);
-  if (v && !json_is_null(v)) {
-    if (!json_is_string(v)) BAD("prompt", "prompt: must be a string (or an array of one string)");
-    prompt = json_string_value(v);
-    if (strlen(prompt) != json_string_length(v)) BAD("prompt", "prompt: contains a NUL character");
-  }
-  int64_t max_tokens = 16;
-  v = json_object_get(body, "max_tokens");
-  if (v && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
-      BAD("max_tokens", "max_tokens: an integer >= 1");
-    max_tokens = json_integer_value(v);
-  }
-  double temperature = 1.0, top_p = 1.0;
-  v = json_object_get(body, "temperature");
-  if (v && !json_is_null(v)) {
-    if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 100)
-      BAD("temperature", "temperature: a number in [0, 100]");
-    temperature = json_number_value(v);
-  }
-  v = json_object_get(body, "top_p");
-  if (v && !json_is_null(v)) {
-    if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1)
-      BAD("top_p", "top_p: a number in (0, 1]");
-    top_p = json_number_value(v);
-  }
-  uint64_t seed = 0;
-  bool have_seed = false;
-  v = json_object_get(body, "seed");
-  if (v && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0) BAD("seed", "seed: an integer >= 0");
-    seed = (uint64_t)json_integer_value(v);
-    have_seed = true;
-  }
-  bool stream = false, echo = false;
-  v = json_object_get(body, "stream");
-  if (v && !json_is_null(v)) {
-    if (!json_is_boolean(v)) BAD("stream", "stream: must be true or false");
-    stream = json_is_true(v);
-  }
-  v = json_object_get(body, "echo");
-  if (v && !json_is_null(v)) {
-    if (!json_is_boolean(v)) BAD("echo", "echo: must be true or false");
-    echo = json_is_true(v);
-  }
-  int64_t priority = 0;
-  v = json_object_get(body, "priority");
-  if (v && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < -1000 || json_integer_value(v) > 1000)
-      BAD("priority", "priority: an integer in [-1000, 1000] (lower runs first)");
-    priority = json_integer_value(v);
-  }
-  if (tenant->max_tokens > 0 && max_tokens > tenant->max_tokens)
-    BAD("max_tokens", "max_tokens: %" PRId64 " exceeds the tenant's maximum of %d", max_tokens,
-        tenant->max_tokens);
-
-  r = calloc(1, sizeof *r);
-  if (!r) {
-    ret = send_error(c, cc, 500, NULL, NULL, 0, "out of memory");
-    goto out;
-  }
-  r->srv = s;
-  r->refs = 1;
-  r->tenant = tenant;
-  r->model = m;
-  r->engine = tenant->index;
-  size_t cap = strlen(prompt) + 3;
-  r->prompt = malloc(sizeof(int32_t) * cap);
-  if (!r->prompt) {
-    ret = send_error(c, cc, 500, NULL, NULL, 0, "out of memory for the prompt's tokens");
-    goto out;
-  }
-  tsr_status_t st = tsr_model_tokenize(m->model, prompt, true, false, r->prompt, cap, &r->n_prompt);
-  if (st) {
-    ret = send_error(c, cc, 400, "prompt", "invalid_value", 0, "prompt: %s",
-                     tsr_status_message(st));
-    tsr_status_free(st);
-    goto out;
-  }
-  int32_t ctx_len = m->cfg.seq_len;
-  if ((int64_t)r->n_prompt > ctx_len)
-    BAD("prompt", "prompt: %zu tokens (BOS included) do not fit the context of model '%s' (%d)",
-        r->n_prompt, m->name, ctx_len);
-  /* as `tessera run -n` capped at the context: the last token sampled is at
-   * position seq_len */
-  int64_t room = (int64_t)ctx_len - (int64_t)r->n_prompt + 1;
-  r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
-  r->temperature = (float)temperature;
-  r->top_p = (float)top_p;
-  r->priority = (int)priority;
-  r->stream = stream;
-  r->echo = echo;
-  r->last_token = r->prompt[r->n_prompt - 1];
-  r->t_arrival = srv_now();
-  if (!have_seed) seed = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)r;
-  r->seed = seed;
-  st = tsr_sampler_create(m->cfg.vocab_size, r->temperature, r->top_p, seed, &r->sampler);
-  if (st) {
-    ret = send_error(c, cc, 400, NULL, "invalid_value", 0, "%s", tsr_status_message(st));
-    tsr_status_free(st);
-    goto out;
-  }
-  if (echo) {
-    bool ok = true;
-    for (size_t i = 1; i < r->n_prompt && ok; i++) {
-      const char *p = tsr_model_token_piece(m->model, r->prompt[i - 1], r->prompt[i]);
-      if (cli_piece_shown(p)) ok = srv_req_append(r, p, strlen(p));
-    }
-    if (ok && r->text_len) {
-      /* one mark for the whole prompt */
-      r->n_marks = 1;
-      r->marks[0] = r->text_len;
-    } else {
-      r->n_marks = 0;
-    }
-    if (!ok) {
-      ret = send_error(c, cc, 500, NULL, NULL, 0, "out of memory for the echoed prompt");
-      goto out;
-    }
-  }
-  r->charged = (int64_t)r->n_prompt + r->max_tokens;
+  if (!srv_completion_parse(s, tenant, cc->body, cc->len, &r, &err))
+    return send_error(c, cc, err.status, err.param[0] ? err.param : NULL, err.code, 0, "%s",
+                      err.message);
+  bool stream = r->stream;
 
   pthread_mutex_lock(&s->lock);
   if (s->stopping) {
@@ -553,12 +334,6 @@ static enum MHD_Result completions(srv_t *s, struct MHD_Connection *c, conn_ctx_
   }
   int retry = 0;
   const char *why = NULL;
-  if (tenant->tokens_per_minute > 0 && r->charged > tenant->tokens_per_minute) {
-    pthread_mutex_unlock(&s->lock);
-    BAD("max_tokens",
-        "prompt (%zu tokens) + max_tokens (%d) exceed the tenant's tokens_per_minute (%" PRId64 ")",
-        r->n_prompt, r->max_tokens, tenant->tokens_per_minute);
-  }
   if (!srv_quota_take(s, tenant, r->charged, &retry, &why)) {
     pthread_mutex_unlock(&s->lock);
     if (!strcmp(why, "max_concurrent"))
@@ -604,9 +379,7 @@ out:
     srv_req_unref(s, r);
     pthread_mutex_unlock(&s->lock);
   }
-  json_decref(body);
   return ret;
-#undef BAD
 }
 
 /* ---- routing ---- */

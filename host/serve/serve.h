@@ -199,6 +199,9 @@ struct srv {
 
 /* tenants.c */
 bool srv_tenants_load(srv_t *s, const char *path);   /* false: message printed */
+/* The same from text; `name` labels the messages. On failure nothing is
+ * left allocated (s->tenants NULL, s->admin_key freed). */
+bool srv_tenants_parse(srv_t *s, const char *text, size_t len, const char *name);
 void srv_tenants_open_mode(srv_t *s);
 srv_tenant_t *srv_tenant_by_key(srv_t *s, const char *key); /* NULL if none */
 /* (L) Admits `cost` tokens for `t` or returns false with the seconds until
@@ -215,12 +218,22 @@ void srv_sched_stop(srv_t *s); /* after draining */
 void srv_sched_submit(srv_t *s, srv_req_t *r);
 double srv_now(void);
 
-/* requests (http.c) */
+/* requests (request.c) */
+typedef struct srv_error {
+  int status;          /* HTTP status */
+  char param[64];      /* the field at fault, "" for none */
+  const char *code;    /* OpenAI-style code (static), or NULL */
+  char message[1024];
+} srv_error_t;
+/* Parses and checks a completion body for `tenant` into a new request
+ * (one reference, not queued), or fills *err. Touches no shared state. */
+bool srv_completion_parse(srv_t *s, srv_tenant_t *tenant, const char *body, size_t len,
+                          srv_req_t **out, srv_error_t *err);
 /* (L) appends text for the client and marks the end of a token (or of the
  * echoed prompt); false when out of memory */
 bool srv_req_append(srv_req_t *r, const char *p, size_t n);
-void srv_req_unref(srv_t *s, srv_req_t *r); /* (L) */
-/* (L) the scheduler has news for r's client (text, done): resume it */
+void srv_req_unref(srv_t *s, srv_req_t *r); /* (L) for a request others may hold */
+/* http.c: (L) the scheduler has news for r's client (text, done): resume it */
 void srv_req_notify(srv_t *s, srv_req_t *r);
 bool srv_http_start(srv_t *s);
 void srv_http_stop(srv_t *s);

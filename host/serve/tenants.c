@@ -15,6 +15,7 @@
  * per second) charged prompt + max_tokens at admission, the unused part
  * given back when the request ends.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -65,8 +66,42 @@ static bool int_field(json_t *o, const char *field, int64_t lo, int64_t hi, int6
 }
 
 bool srv_tenants_load(srv_t *s, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "tessera serve: %s: cannot open: %s\n", path, strerror(errno));
+    return false;
+  }
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  for (size_t n = 1; text && n > 0;) {
+    if (len == cap) {
+      char *t = cap < (64u << 20) ? realloc(text, cap * 2) : NULL;
+      if (!t) {
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = t;
+      cap *= 2;
+    }
+    n = fread(text + len, 1, cap - len, f);
+    len += n;
+  }
+  bool io_error = ferror(f);
+  fclose(f);
+  if (!text || io_error) {
+    fprintf(stderr, "tessera serve: %s: cannot read it (at most 64 MiB)\n", path);
+    free(text);
+    return false;
+  }
+  bool ok = srv_tenants_parse(s, text, len, path);
+  free(text);
+  return ok;
+}
+
+bool srv_tenants_parse(srv_t *s, const char *text, size_t len, const char *path) {
   json_error_t jerr;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
     fprintf(stderr, "tessera serve: %s: line %d column %d: %s\n", path, jerr.line, jerr.column,
             jerr.text);
@@ -149,6 +184,8 @@ bool srv_tenants_load(srv_t *s, const char *path) {
 fail:
   json_decref(root);
   srv_tenants_free(s);
+  free(s->admin_key);
+  s->admin_key = NULL;
   return false;
 }
 
