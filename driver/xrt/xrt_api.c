@@ -31,6 +31,7 @@ static tsr_xrt_api_t api;
 static bool api_ready;
 static void *api_lib;            /* kept loaded for the life of the process */
 static uint64_t probed_ok_mask;  /* device indices 0..63 probed successfully */
+static char lib_origin[PATH_MAX]; /* directory libxrt_coreutil was loaded from */
 
 /* ---- the one XRT error conversion -------------------------------------- */
 
@@ -211,7 +212,8 @@ static tsr_status_t load_symbols(void *lib, const char *path) {
                         "XRT older than 2.13?");
 }
 
-static tsr_status_t prepare(void) {
+/* Loads libxrt_coreutil and its symbols (once per process). */
+static tsr_status_t load_library(void) {
   const char *lib_name = getenv("TSR_XRT_LIB");
   if (!lib_name || !*lib_name) lib_name = "libxrt_coreutil.so.2";
   if (!api_lib) {
@@ -234,37 +236,54 @@ static tsr_status_t prepare(void) {
     return TSR_ERR(UNAVAILABLE, "xrt: cannot find the directory %s was loaded from",
                    lib_name);
   const char *base = strrchr(lib_name, '/') ? strrchr(lib_name, '/') + 1 : lib_name;
-  if (strlen(origin) + 1 + strlen(base) >= sizeof api.lib_path)
+  if (strlen(origin) + 1 + strlen(base) >= sizeof api.lib_path ||
+      strlen(origin) >= sizeof lib_origin)
     return TSR_ERR(UNAVAILABLE, "xrt: the path of %s is longer than %zu bytes", lib_name,
                    sizeof api.lib_path - 1);
+  memcpy(lib_origin, origin, strlen(origin) + 1);
   memcpy(api.lib_path, origin, strlen(origin));
   api.lib_path[strlen(origin)] = '/';
   memcpy(api.lib_path + strlen(origin) + 1, base, strlen(base) + 1);
+  return TSR_OK;
+}
 
-  /* Mode: the user's XCL_EMULATION_MODE, else hardware if a board is bound
-   * to xocl, else noop. */
+/* The shim this open asks for: XRT's noop shim only when asked for by name
+ * (`shim`); otherwise the user's XCL_EMULATION_MODE (sw_emu, hw_emu) or
+ * the hardware shim. */
+static tsr_status_t pick_mode(tsr_xrt_shim_t shim, char *mode, size_t cap) {
   const char *user_mode = getenv("XCL_EMULATION_MODE");
-  bool set_mode = false;
-  if (user_mode && *user_mode) {
-    if (!shim_for_mode(user_mode))
-      return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE='%s' is not one of noop, sw_emu, "
-                     "hw_emu (unset it for hardware)", user_mode);
-    snprintf(api.mode, sizeof api.mode, "%s", user_mode);
-    /* The emulation shims start Vitis simulators: without Vitis they call
-     * exit() or hang instead of failing. */
-    const char *vitis = getenv("XILINX_VITIS");
-    struct stat vst;
-    if (strcmp(user_mode, "noop") &&
-        (!vitis || !*vitis || stat(vitis, &vst) != 0 || !S_ISDIR(vst.st_mode)))
-      return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE=%s needs Vitis (XILINX_VITIS is "
-                     "%s); unset XCL_EMULATION_MODE or set it to noop", user_mode,
-                     vitis && *vitis ? "not a directory" : "unset");
-  } else if (real_board_present()) {
-    snprintf(api.mode, sizeof api.mode, "hw");
-  } else {
-    snprintf(api.mode, sizeof api.mode, "noop");
-    set_mode = true;
+  if (shim == TSR_XRT_SHIM_NOOP) {
+    if (user_mode && *user_mode && strcmp(user_mode, "noop"))
+      return TSR_ERR(UNAVAILABLE, "xrt: shim=noop, but XCL_EMULATION_MODE=%s selects another "
+                     "shim (unset it)", user_mode);
+    snprintf(mode, cap, "noop");
+    return TSR_OK;
   }
+  if (!user_mode || !*user_mode) {
+    snprintf(mode, cap, "hw");
+    return TSR_OK;
+  }
+  if (!shim_for_mode(user_mode))
+    return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE='%s' is not one of sw_emu, hw_emu "
+                   "(unset it for hardware)", user_mode);
+  if (!strcmp(user_mode, "noop"))
+    return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE=noop selects XRT's noop shim, a test "
+                   "harness that computes nothing: it opens only as xrt:shim=noop");
+  /* The emulation shims start Vitis simulators: without Vitis they call
+   * exit() or hang instead of failing. */
+  const char *vitis = getenv("XILINX_VITIS");
+  struct stat vst;
+  if (!vitis || !*vitis || stat(vitis, &vst) != 0 || !S_ISDIR(vst.st_mode))
+    return TSR_ERR(UNAVAILABLE, "xrt: XCL_EMULATION_MODE=%s needs Vitis (XILINX_VITIS is "
+                   "%s); unset XCL_EMULATION_MODE", user_mode,
+                   vitis && *vitis ? "not a directory" : "unset");
+  snprintf(mode, cap, "%s", user_mode);
+  return TSR_OK;
+}
+
+static tsr_status_t prepare(void) {
+  const char *origin = lib_origin;
+  bool set_mode = strcmp(api.mode, "hw") != 0 && !getenv("XCL_EMULATION_MODE");
   const char *shim = shim_for_mode(api.mode);
 
   TSR_RETURN_IF(pick_cache_dir(api.cache_dir, sizeof api.cache_dir));
@@ -316,6 +335,13 @@ static tsr_status_t prepare(void) {
     set_xrt = true;
   }
 
+  /* Hardware: only a board bound to xocl; XRT's noop shim is never a
+   * stand-in for one. */
+  if (!strcmp(api.mode, "hw") && !real_board_present())
+    return TSR_ERR(UNAVAILABLE, "xrt: no Xilinx board is bound to the xocl driver "
+                   "(/sys/bus/pci/drivers/xocl is empty or absent); XRT's noop shim, a test "
+                   "harness that computes nothing, opens only as xrt:shim=noop");
+
   /* xrt.ini: the user's, or ours (runtime_log keeps XRT's banner and
    * messages off the console unless asked for). */
   const char *user_ini = getenv("XRT_INI_PATH");
@@ -348,13 +374,20 @@ static tsr_status_t prepare(void) {
   return TSR_OK;
 }
 
-tsr_status_t tsr_xrt_api_get(const tsr_xrt_api_t **out) {
+tsr_status_t tsr_xrt_api_get(tsr_xrt_shim_t shim, const tsr_xrt_api_t **out) {
   *out = NULL;
   pthread_mutex_lock(&api_mu);
-  tsr_status_t s = TSR_OK;
-  if (!api_ready) {
+  char mode[sizeof api.mode];
+  tsr_status_t s = load_library();
+  if (!s) s = pick_mode(shim, mode, sizeof mode);
+  if (!s && api_ready && strcmp(mode, api.mode))
+    s = TSR_ERR(UNAVAILABLE, "xrt: XRT runs its %s shim in this process and holds one shim per "
+                "process: the %s shim cannot be opened too", api.mode, mode);
+  if (!s && !api_ready) {
+    snprintf(api.mode, sizeof api.mode, "%s", mode);
     s = prepare();
     if (!s) api_ready = true;
+    else api.mode[0] = '\0';
   }
   pthread_mutex_unlock(&api_mu);
   if (s) return s;

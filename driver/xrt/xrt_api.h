@@ -13,8 +13,9 @@
  * process, and only for variables the user did not set:
  *   XILINX_XRT          a private directory CACHE/xrt-HASH holding lib/ with
  *                       symlinks to the shims next to libxrt_coreutil;
- *   XCL_EMULATION_MODE  "noop" unless a Xilinx board is bound to the xocl
- *                       driver (then the hardware shim is used);
+ *   XCL_EMULATION_MODE  "noop" when the noop shim is asked for by name
+ *                       (TSR_XRT_SHIM_NOOP); a board needs a Xilinx board
+ *                       bound to the xocl driver (the hardware shim);
  *   XRT_INI_PATH        CACHE/xrt-HASH/xrt-HASH.ini with [Runtime]
  *                       runtime_log (default "null": no console banner) and
  *                       verbosity.
@@ -113,11 +114,23 @@ typedef struct tsr_xrt_api {
   char cache_dir[512];  /* private directory (xclbins are written here)    */
 } tsr_xrt_api_t;
 
-/* Loads XRT and prepares its environment (once per process; a failure is
- * retried on the next call). *out is static storage, valid for the life of
- * the process (XRT is never unloaded: it keeps threads and exit handlers).
- * UNAVAILABLE with the reason when XRT cannot be used safely. */
-tsr_status_t tsr_xrt_api_get(const tsr_xrt_api_t **out);
+/* Which XRT shim an open asks for. */
+typedef enum tsr_xrt_shim {
+  TSR_XRT_SHIM_BOARD, /* a board: the hardware shim (a board bound to xocl),
+                         or the emulation XCL_EMULATION_MODE names (sw_emu,
+                         hw_emu, with Vitis)                               */
+  TSR_XRT_SHIM_NOOP,  /* XRT's noop shim: a test harness that computes
+                         nothing; only when asked for by name             */
+} tsr_xrt_shim_t;
+
+/* Loads XRT and prepares the shim `shim` asks for (once per process; a
+ * failure is retried on the next call). XRT runs one shim per process: a
+ * later call asking for another is UNAVAILABLE. *out is static storage,
+ * valid for the life of the process (XRT is never unloaded: it keeps
+ * threads and exit handlers). UNAVAILABLE with the reason when XRT cannot
+ * be used safely, or there is no board (TSR_XRT_SHIM_BOARD without a board
+ * bound to xocl and without XCL_EMULATION_MODE). */
+tsr_status_t tsr_xrt_api_get(tsr_xrt_shim_t shim, const tsr_xrt_api_t **out);
 
 /* Runs the risky first steps in a forked child (once per index and
  * process) so that an XRT abort, exit() or hang ends the child, not the

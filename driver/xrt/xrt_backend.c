@@ -30,13 +30,18 @@
  *          are serialized by the queue's lock; a submit that must wait for
  *          room in XRT (inflight) holds it until the oldest run ends.
  *
- * XRT's noop shim (used when no board is present) runs this whole host flow
- * but computes nothing and refuses register access: the device is named
- * "xrt (noop shim: no compute)", tsr_xrt_device_computes() is false, and
- * the results of its launches are not results (desc_done stays 0). Real
- * boards compute. sw_emu/hw_emu need Vitis and are not prepared here.
+ * XRT's noop shim is a test harness, not a device: it opens only when asked
+ * for by name (xrt:shim=noop), never in place of a missing board (plain
+ * "xrt" without a board bound to xocl is UNAVAILABLE with that reason). It
+ * runs this whole host flow but computes nothing and refuses register
+ * access: the device is named "xrt (noop shim: no compute)", its caps carry
+ * TSR_HAL_CAP_NO_COMPUTE (the executor never gives it work),
+ * tsr_xrt_device_computes() is false, and the results of its launches are
+ * not results (desc_done stays 0). Real boards compute. sw_emu/hw_emu
+ * (XCL_EMULATION_MODE) need Vitis and are not prepared here.
  *
  * Options ("xrt:key=value,..."):
+ *   shim=board|noop  a board (default) or XRT's noop shim (a test harness)
  *   xclbin=PATH   xclbin to load (default: the project's, generated)
  *   kernel=NAME   kernel name in the xclbin (default tsr_kernel, or the only
  *                 kernel of a given xclbin)
@@ -97,6 +102,7 @@ typedef struct xrt_device {
   uint64_t opt_mem;
   uint32_t opt_inflight;
   bool opt_probe;
+  tsr_xrt_shim_t opt_shim;
   tsr_xclbin_ctrl_t opt_mode;
   tsr_queue_t q; /* fences, completions, the lock */
 } xrt_device_t;
@@ -107,13 +113,16 @@ static xrt_device_t *as_xrt(tsr_hal_device_t *d) { return (xrt_device_t *)d; }
 
 /* What the option string sets that is not stored as given. */
 typedef struct xrt_opts {
-  char xclbin[512], kernel[64], mode[8];
+  char xclbin[512], kernel[64], mode[8], shim[8];
   uint64_t mem, inflight;
   double clock_mhz;
   bool probe;
 } xrt_opts_t;
 
 static const tsr_opt_spec_t xrt_options[] = {
+    TSR_OPT_ROW_STR(xrt_opts_t, shim, "shim", TSR_OPT_NONEMPTY,
+                    "board (default: a board bound to xocl) or noop (XRT's noop shim, a "
+                    "test harness that computes nothing)"),
     TSR_OPT_ROW_STR(xrt_opts_t, xclbin, "xclbin", TSR_OPT_NONEMPTY,
                     "xclbin to load (default: the project's, generated)"),
     TSR_OPT_ROW_STR(xrt_opts_t, kernel, "kernel", TSR_OPT_NONEMPTY,
@@ -135,7 +144,11 @@ static tsr_status_t parse_options(xrt_device_t *dev, const char *options) {
   xrt_opts_t o = {.mem = dev->opt_mem, .inflight = dev->opt_inflight,
                   .clock_mhz = dev->clock_hz / 1e6, .probe = dev->opt_probe};
   snprintf(o.mode, sizeof o.mode, "%s", dev->opt_mode == TSR_XCLBIN_CTRL_CHAIN ? "chain" : "hs");
+  snprintf(o.shim, sizeof o.shim, "%s", dev->opt_shim == TSR_XRT_SHIM_NOOP ? "noop" : "board");
   TSR_RETURN_IF(tsr_opts_parse(XRT_NAME, xrt_options, XRT_N_OPTIONS, options, &o));
+  if (!strcmp(o.shim, "board")) dev->opt_shim = TSR_XRT_SHIM_BOARD;
+  else if (!strcmp(o.shim, "noop")) dev->opt_shim = TSR_XRT_SHIM_NOOP;
+  else return TSR_ERR(INVALID_ARGUMENT, "xrt: option shim='%s' is not board or noop", o.shim);
   if (!strcmp(o.mode, "hs")) dev->opt_mode = TSR_XCLBIN_CTRL_HS;
   else if (!strcmp(o.mode, "chain")) dev->opt_mode = TSR_XCLBIN_CTRL_CHAIN;
   else return TSR_ERR(INVALID_ARGUMENT, "xrt: option mode='%s' is not hs or chain", o.mode);
@@ -595,7 +608,7 @@ static tsr_status_t xrt_open(const tsr_hal_open_params_t *params, tsr_hal_device
   dev->clock_hz = 300e6;
   dev->rows = dev->cols = 16;
   tsr_status_t s = parse_options(dev, params ? params->options : NULL);
-  if (!s) s = tsr_xrt_api_get(&dev->x);
+  if (!s) s = tsr_xrt_api_get(dev->opt_shim, &dev->x);
   tsr_queue_config_t qc = {.name = XRT_NAME, .ops = &xrt_queue_ops, .impl = dev};
   if (!s) s = tsr_queue_init(&dev->q, &qc);
   if (!s) s = open_device(dev, (unsigned)index);

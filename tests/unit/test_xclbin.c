@@ -192,7 +192,7 @@ static int child_failures;
 
 static int xrt_check_file(const char *path, int expect_chain) {
   const tsr_xrt_api_t *x = NULL;
-  tsr_status_t s = tsr_xrt_api_get(&x);
+  tsr_status_t s = tsr_xrt_api_get(TSR_XRT_SHIM_NOOP, &x);
   if (s) {
     fprintf(stderr, "child: XRT not usable here: %s\n", tsr_status_message(s));
     int skip = tsr_status_code(s) == TSR_STATUS_UNAVAILABLE;

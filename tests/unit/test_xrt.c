@@ -1,5 +1,5 @@
-/* test_xrt.c - the xrt backend on XRT's noop shim, and every environment in
- * which XRT cannot be used.
+/* test_xrt.c - the xrt backend on XRT's noop shim (xrt:shim=noop), a board
+ * that is not there, and every environment in which XRT cannot be used.
  *
  * Each case runs in a forked child: XRT reads its environment and xrt.ini
  * once per process, and a case that let XRT abort must show up as a failure
@@ -139,7 +139,7 @@ static int child_noop_flow(void) {
   setenv("XRT_INI_PATH", ini, 1);
 
   tsr_hal_device_t *dev = NULL;
-  tsr_status_t s = tsr_hal_open("xrt:probe=0,inflight=4,mem=16M", &dev);
+  tsr_status_t s = tsr_hal_open("xrt:shim=noop,probe=0,inflight=4,mem=16M", &dev);
   if (s) fprintf(stderr, "child: open: %s\n", tsr_status_message(s));
   CHECK(s == TSR_OK);
   tsr_status_free(s);
@@ -264,7 +264,7 @@ static int child_noop_probe(void) {
   clean_env();
   if (!xrt_installed()) return 77;
   tsr_hal_device_t *dev = NULL;
-  tsr_status_t s = tsr_hal_open("xrt:mode=chain", &dev);
+  tsr_status_t s = tsr_hal_open("xrt:shim=noop,mode=chain", &dev);
   if (s) fprintf(stderr, "child: open: %s\n", tsr_status_message(s));
   CHECK(s == TSR_OK);
   tsr_status_free(s);
@@ -307,8 +307,35 @@ static int child_xilinx_xrt_bogus(void) {
   snprintf(dir, sizeof dir, "%s/no-such-xrt", tsr_test_tmpdir());
   setenv("XILINX_XRT", dir, 1);
   tsr_hal_device_t *dev = NULL;
-  check_err(tsr_hal_open("xrt", &dev), TSR_STATUS_UNAVAILABLE, "lib/libxrt_noop.so.2");
+  check_err(tsr_hal_open("xrt:shim=noop", &dev), TSR_STATUS_UNAVAILABLE, "lib/libxrt_noop.so.2");
   CHECK(dev == NULL);
+  return failures ? 1 : 0;
+}
+
+/* Plain "xrt" is a board: without one it is UNAVAILABLE with the reason,
+ * never XRT's noop shim; XCL_EMULATION_MODE=noop does not make it one
+ * either. The noop shim still opens when asked for by name. */
+static int child_no_board(void) {
+  clean_env();
+  if (!xrt_installed()) return 77;
+  if (access("/sys/bus/pci/drivers/xocl", F_OK) == 0) return 77; /* a board may be here */
+  tsr_hal_device_t *dev = NULL;
+  check_err(tsr_hal_open("xrt", &dev), TSR_STATUS_UNAVAILABLE, "no Xilinx board");
+  CHECK(dev == NULL);
+  check_err(tsr_hal_open("xrt:shim=board,mem=16M", &dev), TSR_STATUS_UNAVAILABLE,
+            "xrt:shim=noop");
+  setenv("XCL_EMULATION_MODE", "noop", 1);
+  check_err(tsr_hal_open("xrt", &dev), TSR_STATUS_UNAVAILABLE, "xrt:shim=noop");
+  unsetenv("XCL_EMULATION_MODE");
+  tsr_status_t s = tsr_hal_open("xrt:shim=noop", &dev);
+  if (s) fprintf(stderr, "child: open: %s\n", tsr_status_message(s));
+  CHECK(s == TSR_OK);
+  tsr_status_free(s);
+  if (!dev) return 1;
+  tsr_hal_caps_t caps;
+  dev->vt->query_caps(dev, &caps);
+  CHECK(caps.flags & TSR_HAL_CAP_NO_COMPUTE);
+  tsr_hal_close(dev);
   return failures ? 1 : 0;
 }
 
@@ -341,7 +368,7 @@ static int child_probe_catches_abort(void) {
   clean_env();
   if (!xrt_installed()) return 77;
   const tsr_xrt_api_t *x = NULL;
-  tsr_status_t s = tsr_xrt_api_get(&x);
+  tsr_status_t s = tsr_xrt_api_get(TSR_XRT_SHIM_NOOP, &x);
   CHECK(s == TSR_OK);
   tsr_status_free(s);
   if (!x) return 1;
@@ -359,6 +386,7 @@ static int child_bad_xclbin_and_options(void) {
   if (!xrt_installed()) return 77;
   tsr_hal_device_t *dev = NULL;
   check_err(tsr_hal_open("xrt:colour=blue", &dev), TSR_STATUS_INVALID_ARGUMENT, "colour");
+  check_err(tsr_hal_open("xrt:shim=emu", &dev), TSR_STATUS_INVALID_ARGUMENT, "shim");
   check_err(tsr_hal_open("xrt:inflight=0", &dev), TSR_STATUS_OUT_OF_RANGE, "inflight");
   /* An xclbin whose argument offsets are not the register map's. */
   uint8_t *d = NULL;
@@ -373,7 +401,7 @@ static int child_bad_xclbin_and_options(void) {
   FILE *f = fopen(path, "wb");
   CHECK(f && fwrite(d, 1, size, f) == size);
   if (f) fclose(f);
-  snprintf(spec, sizeof spec, "xrt:xclbin=%s", path);
+  snprintf(spec, sizeof spec, "xrt:shim=noop,xclbin=%s", path);
   check_err(tsr_hal_open(spec, &dev), TSR_STATUS_FORMAT, "refusing");
   /* A file that is not an xclbin at all. */
   d[0] = 'X';
@@ -388,6 +416,14 @@ static int child_bad_xclbin_and_options(void) {
 
 static void test_xilinx_xrt_usr(void) { expect_child_ok(child_xilinx_xrt_usr, "XILINX_XRT=/usr"); }
 static void test_xilinx_xrt_bogus(void) { expect_child_ok(child_xilinx_xrt_bogus, "bogus"); }
+static void test_no_board(void) {
+  int rc = in_child(child_no_board);
+  if (rc == 77) {
+    tsr_test_skip("XRT is not installed here, or a Xilinx board may be present");
+    return;
+  }
+  CU_ASSERT_EQUAL(rc, 0);
+}
 static void test_library_missing(void) { CU_ASSERT_EQUAL(in_child(child_library_missing), 0); }
 static void test_emulation(void) { expect_child_ok(child_emulation_without_vitis, "emu"); }
 static void test_probe_abort(void) { expect_child_ok(child_probe_catches_abort, "abort"); }
@@ -400,6 +436,7 @@ int main(void) {
   CU_add_test(s, "noop with the forked probe and a chain xclbin", test_noop_probe);
   CU_add_test(s, "XILINX_XRT=/usr is UNAVAILABLE, not an abort", test_xilinx_xrt_usr);
   CU_add_test(s, "XILINX_XRT without the shims is UNAVAILABLE", test_xilinx_xrt_bogus);
+  CU_add_test(s, "plain xrt without a board is UNAVAILABLE, never the noop shim", test_no_board);
   CU_add_test(s, "library missing is UNAVAILABLE", test_library_missing);
   CU_add_test(s, "sw_emu without Vitis is UNAVAILABLE", test_emulation);
   CU_add_test(s, "the probe turns an XRT abort into UNAVAILABLE", test_probe_abort);
