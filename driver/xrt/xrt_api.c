@@ -1,16 +1,12 @@
 /*
- * xrt_api.c - dlopen()s XRT's C API and prepares the environment it needs
- * (see xrt_api.h for what and why).
+ * xrt_api.c - dlopen()s XRT's C API and the shim it runs (see xrt_api.h for
+ * what and why).
  */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,8 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/dl.h"
@@ -29,8 +23,8 @@
 static pthread_mutex_t api_mu = PTHREAD_MUTEX_INITIALIZER;
 static tsr_xrt_api_t api;
 static bool api_ready;
-static void *api_lib;            /* kept loaded for the life of the process */
-static uint64_t probed_ok_mask;  /* device indices 0..63 probed successfully */
+static void *api_lib;            /* kept loaded for the life of the process (and the
+                                    shim, never closed either) */
 static char lib_origin[PATH_MAX]; /* directory libxrt_coreutil was loaded from */
 
 /* ---- the one XRT error conversion -------------------------------------- */
@@ -59,14 +53,6 @@ tsr_status_t tsr_xrt_status(int err, const char *fmt, ...) {
 }
 
 /* ---- small file-system helpers ----------------------------------------- */
-
-static uint64_t fnv1a_str(const char *s, uint64_t h) {
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 /* mkdir -p with mode 0700 for the components we create. */
 static bool mkdir_p(const char *path) {
@@ -114,39 +100,6 @@ static tsr_status_t pick_cache_dir(char *out, size_t cap) {
   }
   return TSR_ERR(UNAVAILABLE, "xrt: no private cache directory for XRT's environment "
                  "(tried $XDG_CACHE_HOME, $HOME/.cache, $TMPDIR)");
-}
-
-/* Makes `link` a symlink to `target` (idempotent; replaced atomically). */
-static bool ensure_symlink(const char *target, const char *link) {
-  char cur[PATH_MAX];
-  ssize_t n = readlink(link, cur, sizeof cur - 1);
-  if (n >= 0) {
-    cur[n] = '\0';
-    if (!strcmp(cur, target)) return true;
-  }
-  char tmp[PATH_MAX + 128];
-  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", link, (long)getpid()) >= (int)sizeof tmp)
-    return false;
-  unlink(tmp);
-  if (symlink(target, tmp) != 0) return false;
-  if (rename(tmp, link) != 0) {
-    unlink(tmp);
-    return false;
-  }
-  return true;
-}
-
-static bool write_file_atomic(const char *path, const char *text) {
-  char tmp[PATH_MAX + 128];
-  if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp)
-    return false;
-  FILE *f = fopen(tmp, "w");
-  if (!f) return false;
-  bool ok = fputs(text, f) >= 0;
-  ok = (fclose(f) == 0) && ok;
-  if (ok) ok = rename(tmp, path) == 0;
-  if (!ok) unlink(tmp);
-  return ok;
 }
 
 /* A Xilinx board bound to the xocl (user function) driver. */
@@ -281,96 +234,45 @@ static tsr_status_t pick_mode(tsr_xrt_shim_t shim, char *mode, size_t cap) {
   return TSR_OK;
 }
 
+/* Loads the shim for api.mode ourselves, so that XRT never runs its own
+ * shim loader (see xrt_api.h): nothing is written to the environment. */
 static tsr_status_t prepare(void) {
-  const char *origin = lib_origin;
-  bool set_mode = strcmp(api.mode, "hw") != 0 && !getenv("XCL_EMULATION_MODE");
   const char *shim = shim_for_mode(api.mode);
-
-  TSR_RETURN_IF(pick_cache_dir(api.cache_dir, sizeof api.cache_dir));
-  uint64_t h = fnv1a_str(origin, 0xcbf29ce484222325ull);
-  char envdir[PATH_MAX];
-  snprintf(envdir, sizeof envdir, "%s/xrt-%016" PRIx64, api.cache_dir, h);
-
-  /* XILINX_XRT: check the user's, or build ours. */
   const char *user_xrt = getenv("XILINX_XRT");
-  bool set_xrt = false;
   char path[PATH_MAX];
   if (user_xrt && *user_xrt) {
-    snprintf(path, sizeof path, "%s/lib/%s", user_xrt, shim);
+    if (snprintf(path, sizeof path, "%s/lib/%s", user_xrt, shim) >= (int)sizeof path)
+      return TSR_ERR(UNAVAILABLE, "xrt: XILINX_XRT='%.100s...' is too long", user_xrt);
     if (access(path, R_OK) != 0)
-      return TSR_ERR(UNAVAILABLE, "xrt: XILINX_XRT='%s' has no lib/%s (XRT would abort the "
-                     "process); point it at an XRT installation, or unset it to let tessera "
-                     "prepare a private one", user_xrt, shim);
-    snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", user_xrt);
+      return TSR_ERR(UNAVAILABLE, "xrt: XILINX_XRT='%s' has no lib/%s; point it at an XRT "
+                     "installation, or unset it to use the shims next to %s", user_xrt, shim,
+                     api.lib_path);
   } else {
-    if (strlen(origin) + 1 + strlen(shim) >= sizeof path)
+    if (snprintf(path, sizeof path, "%s/%s", lib_origin, shim) >= (int)sizeof path)
       return TSR_ERR(UNAVAILABLE, "xrt: the path of the XRT shim %s is longer than %zu bytes",
                      shim, sizeof path - 1);
-    const size_t ol = strlen(origin);
-    memcpy(path, origin, ol);
-    path[ol] = '/';
-    memcpy(path + ol + 1, shim, strlen(shim) + 1);
     if (access(path, R_OK) != 0)
       return TSR_ERR(UNAVAILABLE, "xrt: the XRT shim %s for mode '%s' is not installed next "
                      "to %s", shim, api.mode, api.lib_path);
-    char libdir[PATH_MAX + 8];
-    snprintf(libdir, sizeof libdir, "%s/lib", envdir);
-    if (!mkdir_p(libdir) || !dir_is_private(envdir))
-      return TSR_ERR(UNAVAILABLE, "xrt: cannot create the private XILINX_XRT directory '%s'",
-                     envdir);
-    static const char *const shims[] = {"libxrt_core.so.2", "libxrt_noop.so.2",
-                                        "libxrt_swemu.so.2", "libxrt_hwemu.so.2"};
-    for (size_t i = 0; i < sizeof shims / sizeof shims[0]; i++) {
-      char target[PATH_MAX + 64], link[PATH_MAX + 64];
-      snprintf(target, sizeof target, "%s/%s", origin, shims[i]);
-      snprintf(link, sizeof link, "%s/%s", libdir, shims[i]);
-      if (access(target, R_OK) != 0) continue;
-      if (!ensure_symlink(target, link))
-        return TSR_ERR(UNAVAILABLE, "xrt: cannot create symlink '%s' -> '%s': %s", link,
-                       target, strerror(errno));
-    }
-    if (snprintf(api.xilinx_xrt, sizeof api.xilinx_xrt, "%s", envdir) >=
-        (int)sizeof api.xilinx_xrt)
-      return TSR_ERR(UNAVAILABLE, "xrt: cache directory path '%s' is too long", envdir);
-    set_xrt = true;
   }
-
   /* Hardware: only a board bound to xocl; XRT's noop shim is never a
-   * stand-in for one. */
+   * stand-in for one. Nothing of XRT's runs without a board. */
   if (!strcmp(api.mode, "hw") && !real_board_present())
     return TSR_ERR(UNAVAILABLE, "xrt: no Xilinx board is bound to the xocl driver "
                    "(/sys/bus/pci/drivers/xocl is empty or absent); XRT's noop shim, a test "
                    "harness that computes nothing, opens only as xrt:shim=noop");
-
-  /* xrt.ini: the user's, or ours (runtime_log keeps XRT's banner and
-   * messages off the console unless asked for). */
-  const char *user_ini = getenv("XRT_INI_PATH");
-  bool set_ini = false;
-  if (user_ini && *user_ini) {
-    snprintf(api.ini_path, sizeof api.ini_path, "%s", user_ini);
-  } else {
-    const char *log = getenv("TSR_XRT_LOG");
-    const char *verb = getenv("TSR_XRT_VERBOSITY");
-    if (!log || !*log) log = "null";
-    long v = verb && *verb ? strtol(verb, NULL, 10) : 4;
-    if (v < 0 || v > 7) v = 4;
-    if (strpbrk(log, "\n\r"))
-      return TSR_ERR(INVALID_ARGUMENT, "xrt: TSR_XRT_LOG has a line break");
-    char ini[PATH_MAX + 64];
-    snprintf(ini, sizeof ini, "[Runtime]\nruntime_log=%s\nverbosity=%ld\n", log, v);
-    char ini_path[PATH_MAX + 64];
-    snprintf(ini_path, sizeof ini_path, "%s/xrt-%016" PRIx64 ".ini", envdir,
-             fnv1a_str(ini, 0xcbf29ce484222325ull));
-    if (access(ini_path, R_OK) != 0 && !write_file_atomic(ini_path, ini))
-      return TSR_ERR(UNAVAILABLE, "xrt: cannot write '%s': %s", ini_path, strerror(errno));
-    if (snprintf(api.ini_path, sizeof api.ini_path, "%s", ini_path) >= (int)sizeof api.ini_path)
-      return TSR_ERR(UNAVAILABLE, "xrt: cache directory path '%s' is too long", envdir);
-    set_ini = true;
+  TSR_RETURN_IF(pick_cache_dir(api.cache_dir, sizeof api.cache_dir));
+  if (strlen(path) >= sizeof api.shim_path)
+    return TSR_ERR(UNAVAILABLE, "xrt: the path of the XRT shim %s is longer than %zu bytes",
+                   shim, sizeof api.shim_path - 1);
+  /* As XRT's loader would: global, so the shim's symbols are XRT's. Its
+   * constructor registers the shim with libxrt_coreutil. */
+  dlerror();
+  if (!dlopen(path, RTLD_NOW | RTLD_GLOBAL)) {
+    const char *e = dlerror();
+    return TSR_ERR(UNAVAILABLE, "xrt: cannot load the XRT shim %s: %s", path, e ? e : "?");
   }
-
-  if (set_xrt) setenv("XILINX_XRT", api.xilinx_xrt, 1);
-  if (set_mode) setenv("XCL_EMULATION_MODE", api.mode, 1);
-  if (set_ini) setenv("XRT_INI_PATH", api.ini_path, 1);
+  memcpy(api.shim_path, path, strlen(path) + 1);
   return TSR_OK;
 }
 
@@ -392,106 +294,5 @@ tsr_status_t tsr_xrt_api_get(tsr_xrt_shim_t shim, const tsr_xrt_api_t **out) {
   pthread_mutex_unlock(&api_mu);
   if (s) return s;
   *out = &api;
-  return TSR_OK;
-}
-
-/* ---- the forked probe ----------------------------------------------------- */
-
-tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *a, unsigned index, const char *xclbin,
-                                  const char *kernel) {
-  if (index < 64) {
-    pthread_mutex_lock(&api_mu);
-    bool done = probed_ok_mask >> index & 1;
-    pthread_mutex_unlock(&api_mu);
-    if (done) return TSR_OK;
-  }
-  int fds[2];
-  if (pipe(fds) != 0)
-    return TSR_ERR(UNAVAILABLE, "xrt: probe: pipe: %s", strerror(errno));
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return TSR_ERR(UNAVAILABLE, "xrt: probe: fork: %s", strerror(errno));
-  }
-  if (pid == 0) {
-    /* Child: whatever XRT prints goes to the pipe; _exit skips the
-     * parent's exit handlers. */
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    tsr_xrt_device_h d = a->deviceOpen(index);
-    if (!d) _exit(3);
-    if (xclbin) {
-      unsigned char uuid[16];
-      if (a->deviceLoadXclbinFile(d, xclbin) || a->deviceGetXclbinUUID(d, uuid)) _exit(4);
-      tsr_xrt_kernel_h k = a->plKernelOpen(d, uuid, kernel);
-      if (!k) _exit(5);
-      a->kernelClose(k);
-    }
-    a->deviceClose(d);
-    _exit(0);
-  }
-  close(fds[1]);
-  char text[2048];
-  size_t got = 0;
-  uint64_t deadline = (uint64_t)time(NULL) + 60;
-  for (;;) {
-    struct pollfd p = {.fd = fds[0], .events = POLLIN};
-    int r = poll(&p, 1, 1000);
-    if (r > 0) {
-      char chunk[512];
-      ssize_t n = read(fds[0], chunk, sizeof chunk);
-      if (n <= 0) break; /* EOF: the child is gone or closed its output */
-      size_t keep = (size_t)n;
-      if (got + keep >= sizeof text) { /* keep the tail, where the reason is */
-        size_t drop = got + keep - (sizeof text - 1);
-        if (drop > got) drop = got;
-        memmove(text, text + drop, got - drop);
-        got -= drop;
-        if (keep > sizeof text - 1 - got) keep = sizeof text - 1 - got;
-      }
-      memcpy(text + got, chunk, keep);
-      got += keep;
-    } else if (r < 0 && errno != EINTR) {
-      break;
-    }
-    if ((uint64_t)time(NULL) > deadline) {
-      kill(pid, SIGKILL);
-      break;
-    }
-  }
-  close(fds[0]);
-  text[got] = '\0';
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  /* The last non-empty line is XRT's reason ("what(): ...", "ERROR: ..."). */
-  char *last = text;
-  for (char *p = strtok(text, "\n"); p; p = strtok(NULL, "\n"))
-    if (*p) last = p;
-  if (WIFSIGNALED(status))
-    return TSR_ERR(UNAVAILABLE, "xrt: opening device %u killed a probe process with signal "
-                   "%d%s (mode %s, XILINX_XRT=%s): %s", index, WTERMSIG(status),
-                   WTERMSIG(status) == SIGABRT ? " (an uncaught XRT exception)" : "", a->mode,
-                   a->xilinx_xrt, *last ? last : "no message");
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 3)
-    return TSR_ERR(UNAVAILABLE, "xrt: no device at index %u (mode %s%s)%s%s", index, a->mode,
-                   !strcmp(a->mode, "hw") ? ": no Xilinx board bound to xocl" : "",
-                   *last ? ": " : "", last);
-  if (code == 4 || code == 5)
-    return TSR_ERR(UNAVAILABLE, "xrt: device %u (mode %s) rejects %s in a probe process%s%s",
-                   index, a->mode, code == 4 ? "the xclbin" : "the kernel",
-                   *last ? ": " : "", last);
-  if (code != 0)
-    return TSR_ERR(UNAVAILABLE, "xrt: XRT ended a probe process for device %u (mode %s) with "
-                   "exit status %d%s%s", index, a->mode, code, *last ? ": " : "", last);
-  if (index < 64) {
-    pthread_mutex_lock(&api_mu);
-    probed_ok_mask |= 1ull << index;
-    pthread_mutex_unlock(&api_mu);
-  }
   return TSR_OK;
 }

@@ -1,40 +1,45 @@
 /*
- * xrt_api.h - XRT's C API loaded at run time, and the environment XRT needs.
+ * xrt_api.h - XRT's C API and its shim, loaded at run time.
  *
  * Internal to driver/xrt (and the tests). libtessera does not link XRT: it
  * dlopen()s libxrt_coreutil.so.2 (only that library: linking libxrt_core as
  * well forces XRT's hardware shim), so the library builds and runs where
  * XRT is absent and the xrt backend then reports UNAVAILABLE.
  *
- * XRT 2.13 ends the process with an uncaught C++ exception when XILINX_XRT
- * is unset or does not hold lib/libxrt_{core,noop,swemu,hwemu}.so.2 (Debian
- * installs them in the multiarch directory, not under $XILINX_XRT/lib).
- * Before the first XRT call tsr_xrt_api_get() therefore prepares, once per
- * process, and only for variables the user did not set:
- *   XILINX_XRT          a private directory CACHE/xrt-HASH holding lib/ with
- *                       symlinks to the shims next to libxrt_coreutil;
- *   XCL_EMULATION_MODE  "noop" when the noop shim is asked for by name
- *                       (TSR_XRT_SHIM_NOOP); a board needs a Xilinx board
- *                       bound to the xocl driver (the hardware shim);
- *   XRT_INI_PATH        CACHE/xrt-HASH/xrt-HASH.ini with [Runtime]
- *                       runtime_log (default "null": no console banner) and
- *                       verbosity.
- * A user-set XILINX_XRT is checked (the shim for the mode must exist under
- * it) instead of replaced; a missing library or shim is UNAVAILABLE with
- * the reason. The variables are set with setenv(): call this before other
- * threads read the environment. CACHE is $TSR_XRT_CACHE, else
- * $XDG_CACHE_HOME/tessera, else $HOME/.cache/tessera, else
- * $TMPDIR/tessera-UID.
+ * XRT reads its configuration from the environment, and XRT 2.13 ends the
+ * process with an uncaught C++ exception from its shim loader when
+ * XILINX_XRT is unset or does not hold lib/libxrt_{core,noop,...}.so.2
+ * (Debian installs them in the multiarch directory, not under
+ * $XILINX_XRT/lib). Setting XILINX_XRT or XCL_EMULATION_MODE with setenv()
+ * is not an answer in a library whose threads (and the application's) may
+ * read the environment at the same time. Instead tsr_xrt_api_get() loads
+ * the shim itself, with dlopen (RTLD_NOW | RTLD_GLOBAL, as XRT does): the
+ * shim's constructor registers it with libxrt_coreutil, and XRT only runs
+ * its own loader when no shim is registered (xrt_core::instance() in
+ * core/common/system.cpp), so it never reads XILINX_XRT for the shim and
+ * cannot throw there; a shim that does not load is a dlopen error, turned
+ * into UNAVAILABLE. The environment is read, never written:
+ *   XILINX_XRT          when set, the shim is taken from $XILINX_XRT/lib (and
+ *                       must be there); else from libxrt_coreutil's directory;
+ *   XCL_EMULATION_MODE  sw_emu / hw_emu select XRT's emulation shims (they
+ *                       need Vitis: without XILINX_VITIS they would exit()
+ *                       or hang, so they are refused); "noop" is refused
+ *                       unless the noop shim is asked for by name;
+ *   XRT_INI_PATH        read by XRT itself (logging; none is written here).
+ * Without a board bound to the xocl driver the hardware shim is not loaded
+ * at all (UNAVAILABLE). XRT runs one shim per process (a second one would
+ * throw from its constructor): once one is loaded, asking for another is
+ * UNAVAILABLE. An application that loads an XRT shim itself must not use
+ * this backend. CACHE (where the backend writes its generated xclbins) is
+ * $TSR_XRT_CACHE, else $XDG_CACHE_HOME/tessera, else $HOME/.cache/tessera,
+ * else $TMPDIR/tessera-UID.
  *
  * Environment read here:
  *   TSR_XRT_LIB        file name or path of libxrt_coreutil (default
  *                      "libxrt_coreutil.so.2")
  *   TSR_XRT_CACHE      cache directory (above)
- *   TSR_XRT_LOG        runtime_log value for the generated xrt.ini
- *                      ("null", "console", "syslog" or a file)
- *   TSR_XRT_VERBOSITY  verbosity for the generated xrt.ini (0..7, default 4)
  *
- * The noop shim (XCL_EMULATION_MODE=noop) runs the host flow — device open,
+ * The noop shim (TSR_XRT_SHIM_NOOP) runs the host flow — device open,
  * xclbin load, buffers, kernel open, runs — but its kernel computes nothing
  * and refuses register access: results read back are whatever the host
  * wrote. The backend says so in its name and callers must not trust them.
@@ -109,8 +114,7 @@ typedef struct tsr_xrt_api {
   /* What was prepared (static storage). */
   char mode[16];        /* "hw", "noop", "sw_emu" or "hw_emu"              */
   char lib_path[512];   /* libxrt_coreutil that was loaded                 */
-  char xilinx_xrt[512]; /* XILINX_XRT in effect                            */
-  char ini_path[512];   /* XRT_INI_PATH in effect ("" if none)             */
+  char shim_path[512];  /* the shim that was loaded                        */
   char cache_dir[512];  /* private directory (xclbins are written here)    */
 } tsr_xrt_api_t;
 
@@ -131,16 +135,6 @@ typedef enum tsr_xrt_shim {
  * be used safely, or there is no board (TSR_XRT_SHIM_BOARD without a board
  * bound to xocl and without XCL_EMULATION_MODE). */
 tsr_status_t tsr_xrt_api_get(tsr_xrt_shim_t shim, const tsr_xrt_api_t **out);
-
-/* Runs the risky first steps in a forked child (once per index and
- * process) so that an XRT abort, exit() or hang ends the child, not the
- * caller: opens device `index` and, when `xclbin` is given, loads it and
- * opens `kernel`. Pass no xclbin for a board, where a load reprograms it.
- * OK when the child succeeded; UNAVAILABLE (with the last line XRT
- * printed) when it died, failed or took over 60 s. Needs tsr_xrt_api_get()
- * to have succeeded. */
-tsr_status_t tsr_xrt_probe_device(const tsr_xrt_api_t *api, unsigned index, const char *xclbin,
-                                  const char *kernel);
 
 /* The one conversion of an XRT error into a status: `err` is what the call
  * returned (a positive or negative errno value) or errno after a NULL

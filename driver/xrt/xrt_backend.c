@@ -2,9 +2,8 @@
  * xrt_backend.c - backend "xrt": the tessera kernel on a Xilinx device
  * through XRT's native C API (loaded at run time, see xrt_api.h).
  *
- * open():  prepares XRT's environment, opens device `index` (first in a
- *          forked probe, so an XRT abort cannot reach the caller), loads the
- *          xclbin (option xclbin=, else the project's own, written from
+ * open():  loads XRT and the shim asked for (xrt_api.h), opens device
+ *          `index` in this process, loads the xclbin (option xclbin=, else the project's own, written from
  *          hw/regmap.def into the cache directory), opens the kernel and
  *          refuses it unless XRT reports every argument at the offset
  *          hw/regmap.def gives. Device memory is one buffer object (the
@@ -29,6 +28,25 @@
  * Threads: every call is safe from any thread. Submits, polls and resets
  *          are serialized by the queue's lock; a submit that must wait for
  *          room in XRT (inflight) holds it until the oldest run ends.
+ *          Opening never writes the process environment (no setenv) and
+ *          never forks.
+ *
+ * No probe process. open() once forked a child that opened the device
+ * first, so that an XRT abort would end the child. But the fork happened
+ * in a process that already had threads (a context's workers, the
+ * application's), and the child then called into XRT (malloc, C++ static
+ * initialization, XRT's mutexes): after fork() in a multithreaded process
+ * only async-signal-safe calls are allowed, so the child could deadlock on
+ * a lock another thread held at the fork. A spawned helper (posix_spawn of
+ * a fresh image) would be safe, but a library has no executable of its own
+ * to spawn, and a probe in another process says little about this one. The
+ * aborts it caught all come from XRT's shim loader, which throws past the
+ * C API when XILINX_XRT is unset or lacks the shim; with the shim loaded by
+ * xrt_api.c that loader never runs (a missing shim is a dlopen error), the
+ * emulation shims that exit() without Vitis are refused before XRT runs,
+ * no board means XRT is not touched at all, and XRT's C API turns every
+ * other exception into a NULL handle or an error code. So XRT's own open
+ * is called directly, in this process.
  *
  * XRT's noop shim is a test harness, not a device: it opens only when asked
  * for by name (xrt:shim=noop), never in place of a missing board (plain
@@ -49,7 +67,6 @@
  *   mem=SIZE      device memory arena (default 256M; K/M/G suffixes)
  *   inflight=N    runs queued in XRT at once, 1..64 (default 4)
  *   clock=MHZ     kernel clock for the caps (default 300)
- *   probe=0|1     open the device in a forked child first (default 1)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -101,7 +118,6 @@ typedef struct xrt_device {
   /* options */
   uint64_t opt_mem;
   uint32_t opt_inflight;
-  bool opt_probe;
   tsr_xrt_shim_t opt_shim;
   tsr_xclbin_ctrl_t opt_mode;
   tsr_queue_t q; /* fences, completions, the lock */
@@ -116,7 +132,6 @@ typedef struct xrt_opts {
   char xclbin[512], kernel[64], mode[8], shim[8];
   uint64_t mem, inflight;
   double clock_mhz;
-  bool probe;
 } xrt_opts_t;
 
 static const tsr_opt_spec_t xrt_options[] = {
@@ -135,14 +150,12 @@ static const tsr_opt_spec_t xrt_options[] = {
                     "runs queued in XRT at once (default 4)"),
     TSR_OPT_ROW_F64(xrt_opts_t, clock_mhz, "clock", 1, 5000,
                     "kernel clock in MHz for the caps (default 300)"),
-    TSR_OPT_ROW_BOOL(xrt_opts_t, probe, "probe",
-                     "open the device in a forked child first (default 1)"),
 };
 #define XRT_N_OPTIONS (sizeof xrt_options / sizeof xrt_options[0])
 
 static tsr_status_t parse_options(xrt_device_t *dev, const char *options) {
   xrt_opts_t o = {.mem = dev->opt_mem, .inflight = dev->opt_inflight,
-                  .clock_mhz = dev->clock_hz / 1e6, .probe = dev->opt_probe};
+                  .clock_mhz = dev->clock_hz / 1e6};
   snprintf(o.mode, sizeof o.mode, "%s", dev->opt_mode == TSR_XCLBIN_CTRL_CHAIN ? "chain" : "hs");
   snprintf(o.shim, sizeof o.shim, "%s", dev->opt_shim == TSR_XRT_SHIM_NOOP ? "noop" : "board");
   TSR_RETURN_IF(tsr_opts_parse(XRT_NAME, xrt_options, XRT_N_OPTIONS, options, &o));
@@ -157,7 +170,6 @@ static tsr_status_t parse_options(xrt_device_t *dev, const char *options) {
   dev->opt_mem = o.mem & ~(uint64_t)4095;
   dev->opt_inflight = (uint32_t)o.inflight;
   dev->clock_hz = o.clock_mhz * 1e6;
-  dev->opt_probe = o.probe;
   return TSR_OK;
 }
 
@@ -518,10 +530,6 @@ static tsr_status_t open_device(xrt_device_t *dev, unsigned index) {
     if (info->conn[i].arg_index == 0) bank_base = info->mem[info->conn[i].mem_index].base;
   tsr_xclbin_info_free(info);
 
-  if (dev->opt_probe) {
-    bool board = !strcmp(x->mode, "hw");
-    TSR_RETURN_IF(tsr_xrt_probe_device(x, index, board ? NULL : dev->xclbin, dev->kernel_name));
-  }
   errno = 0;
   dev->dev = x->deviceOpen(index);
   if (!dev->dev) {
@@ -603,7 +611,6 @@ static tsr_status_t xrt_open(const tsr_hal_open_params_t *params, tsr_hal_device
   dev->base.vt = &tsr_hal_xrt_vtable;
   dev->opt_mem = 256ull << 20;
   dev->opt_inflight = 4;
-  dev->opt_probe = true;
   dev->opt_mode = TSR_XCLBIN_CTRL_HS;
   dev->clock_hz = 300e6;
   dev->rows = dev->cols = 16;
