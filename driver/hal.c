@@ -29,8 +29,12 @@ const tsr_hal_vtable_t *tsr_hal_find(const char *name) {
   return NULL;
 }
 
-tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out) {
-  *out = NULL;
+/* The backend a spec names ("name" or "name:options"); *options points
+ * after the colon (NULL without one). */
+static tsr_status_t find_spec(const char *spec, const tsr_hal_vtable_t **out_vt,
+                              const char **options) {
+  *out_vt = NULL;
+  *options = NULL;
   if (!spec || !*spec) return TSR_ERR(INVALID_ARGUMENT, "empty device name");
   const char *colon = strchr(spec, ':');
   size_t name_len = colon ? (size_t)(colon - spec) : strlen(spec);
@@ -52,9 +56,36 @@ tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out) {
     }
     return TSR_ERR(NOT_FOUND, "unknown device backend '%s' (known: %s)", name, known);
   }
-  tsr_hal_open_params_t params = {.index = 0, .options = colon ? colon + 1 : NULL};
+  *out_vt = vt;
+  *options = colon ? colon + 1 : NULL;
+  return TSR_OK;
+}
+
+tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out) {
+  *out = NULL;
+  const tsr_hal_vtable_t *vt;
+  const char *options;
+  TSR_RETURN_IF(find_spec(spec, &vt, &options));
+  tsr_hal_open_params_t params = {.index = 0, .options = options};
   TSR_RETURN_IF_ERROR(vt->open(&params, out), "opening device '%s'", spec);
   return TSR_OK;
+}
+
+tsr_status_t tsr_hal_check_spec(const char *spec) {
+  const tsr_hal_vtable_t *vt;
+  const char *options;
+  TSR_RETURN_IF(find_spec(spec, &vt, &options));
+  /* The values go to a scratch struct as large as the table addresses. */
+  size_t need = 1;
+  for (size_t i = 0; i < vt->n_options; i++) {
+    size_t end = vt->options[i].offset + vt->options[i].size;
+    if (end > need) need = end;
+  }
+  void *scratch = calloc(1, need + sizeof(uint64_t));
+  if (!scratch) return TSR_ERR(RESOURCE_EXHAUSTED, "device spec '%s': out of memory", spec);
+  tsr_status_t s = tsr_opts_parse(vt->name, vt->options, vt->n_options, options, scratch);
+  free(scratch);
+  return s ? tsr_status_annotate(s, "device spec '%s'", spec) : TSR_OK;
 }
 
 const char *tsr_hal_hwerr_name(uint32_t code) {

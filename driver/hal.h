@@ -149,6 +149,11 @@ const tsr_hal_vtable_t *const *tsr_hal_backends(size_t *count);
 const tsr_hal_vtable_t *tsr_hal_find(const char *name);
 /* Opens "name" or "name:options" (e.g. "sim:latency=100"). */
 tsr_status_t tsr_hal_open(const char *spec, tsr_hal_device_t **out);
+/* Checks a spec as tsr_hal_open() parses it (a known backend, options
+ * against its table: names, types, ranges) without opening anything. The
+ * checks a backend makes after parsing (e.g. fmodel's base alignment) and
+ * the presence of its hardware are not covered. */
+tsr_status_t tsr_hal_check_spec(const char *spec);
 static inline void tsr_hal_close(tsr_hal_device_t *dev) {
   if (dev) dev->vt->close(dev);
 }

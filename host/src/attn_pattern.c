@@ -90,6 +90,12 @@ tsr_status_t tsr_attn_pattern_parse(const char *spec, tsr_attn_pattern_t *out) {
         return TSR_ERR(INVALID_ARGUMENT,
                        "attn pattern '%s': kind: unknown '%s' (known: ref, dense, window:W, "
                        "strided:S, topk:K)", spec, key);
+    } else if (out->kind == TSR_ATTN_REFERENCE) {
+      /* The fp32 reference attention has no blocks: a field here would be
+       * ignored, and lost by tsr_attn_pattern_format. */
+      return TSR_ERR(INVALID_ARGUMENT,
+                     "attn pattern '%s': %s: ref (the fp32 reference) takes no fields", spec,
+                     key);
     } else if (!strcmp(key, "block")) {
       dst = &out->block;
     } else if (!strcmp(key, "sinks") && out->kind == TSR_ATTN_WINDOW) {

@@ -57,6 +57,12 @@ static tsr_status_t split_devices(tsr_context_t *ctx) {
     const char *end = strchr(p, ',');
     size_t len = end ? (size_t)(end - p) : strlen(p);
     if (starts_entry(p, len)) {
+      /* The host has no options: "cpu:x" would become a device entry that
+       * no backend opens, silently running on the host. */
+      if (len > 3 && !strncmp(p, "cpu:", 4))
+        return TSR_ERR(INVALID_ARGUMENT,
+                       "devices: entry '%.*s' at offset %zu of '%s': cpu takes no options",
+                       (int)len, p, (size_t)(p - list), list);
       tsr_ctx_device_t *d = &ctx->devs[ctx->n_devs++];
       pthread_mutex_init(&d->lock, NULL);
       if (len >= sizeof d->spec)
@@ -121,6 +127,25 @@ static tsr_status_t open_devices(tsr_context_t *ctx) {
     d->hal->vt->query_caps(d->hal, &d->caps);
   }
   return TSR_OK;
+}
+
+tsr_status_t tsr_context_check_devices(const char *devices, int *out_count,
+                                       int *out_backends) {
+  *out_count = *out_backends = 0;
+  tsr_context_t *tmp = calloc(1, sizeof *tmp);
+  if (!tmp) return TSR_ERR(RESOURCE_EXHAUSTED, "devices: out of memory");
+  tmp->devices = (char *)(devices && *devices ? devices : "cpu");
+  tsr_status_t s = split_devices(tmp);
+  for (int i = 0; !s && i < tmp->n_devs; i++) {
+    if (!strcmp(tmp->devs[i].spec, "cpu")) continue;
+    (*out_backends)++;
+    s = tsr_hal_check_spec(tmp->devs[i].spec);
+  }
+  if (!s) *out_count = tmp->n_devs;
+  for (int i = 0; i < tmp->n_devs; i++) pthread_mutex_destroy(&tmp->devs[i].lock);
+  free(tmp->devs);
+  free(tmp);
+  return s;
 }
 
 tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t **out) {

@@ -573,6 +573,13 @@ static tsr_status_t read_tensors(const gguf_ctx_t *g, tsr_model_file_t *out) {
     out->output = out->tok_embd;
     out->config.shared_classifier = true;
   }
+  /* Each layer needs 9 tensors: a block count the directory cannot hold is
+   * refused before the per-layer table is allocated for it. */
+  if (9 * (uint64_t)c->n_layers + 2 > g->n_tensors)
+    return TSR_ERR(FORMAT,
+                   "%s: key 'llama.block_count': %d layers need %" PRIu64
+                   " tensors, the file declares %" PRIu64 " (n_tensors at offset 0x8)",
+                   g->what, c->n_layers, 9 * (uint64_t)c->n_layers + 2, g->n_tensors);
   out->layers = calloc((size_t)c->n_layers, sizeof *out->layers);
   if (!out->layers)
     return TSR_ERR(RESOURCE_EXHAUSTED, "%s: out of memory for %d layers", g->what, c->n_layers);

@@ -96,6 +96,13 @@ struct tsr_model {
 /* Quantizes every linear of `m` to int8 once (thread-safe). */
 tsr_status_t tsr_model_ensure_int8(tsr_model_t *m);
 
+/* Splits a device list as tsr_context_create() does and checks every
+ * device entry's spec (tsr_hal_check_spec) without opening anything.
+ * *out_count receives the number of entries, *out_backends those that are
+ * not "cpu" (context.c). */
+tsr_status_t tsr_context_check_devices(const char *devices, int *out_count,
+                                       int *out_backends);
+
 /* Tokenizer (tokenizer.c). */
 tsr_status_t tsr_tokenizer_init(tsr_tokenizer_t *t, const tsr_vocab_t *vocab);
 void tsr_tokenizer_free(tsr_tokenizer_t *t);

@@ -209,6 +209,13 @@ tsr_status_t tsr_llama2c_vocab_parse(const uint8_t *data, size_t size,
   if (max_len < 1 || max_len > (1u << 16))
     return TSR_ERR(FORMAT, "%s: max_token_length at offset 0x0: %u is outside [1, 65536]",
                    what, max_len);
+  /* A record takes at least 9 bytes (score, length, one byte): a file that
+   * cannot hold vocab_size of them is refused before the tables are. */
+  if ((uint64_t)vocab_size * 9 > tsr_reader_left(&r))
+    return TSR_ERR(FORMAT,
+                   "%s: truncated: the %zu bytes after max_token_length cannot hold the "
+                   "%d token records of the model's vocab_size (9 bytes or more each)",
+                   what, tsr_reader_left(&r), vocab_size);
   tsr_vocab_t v = {0};
   v.pieces = calloc((size_t)vocab_size, sizeof *v.pieces);
   v.scores = calloc((size_t)vocab_size, sizeof *v.scores);
