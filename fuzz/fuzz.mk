@@ -52,11 +52,15 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJS)
 $(FUZZ_BUILD)/bin/fuzz_%: fuzz/fuzz_%.c $(FUZZ_UTIL_OBJ) $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -MF $@.d -o $@ $< $(FUZZ_UTIL_OBJ) \
-	    $(FUZZ_LIB) $(FUZZ_EXTRA_LIBS) $(TSR_LIBS)
+	    $(FUZZ_EXTRA_ARCHIVES) $(FUZZ_LIB) $(FUZZ_EXTRA_LIBS) $(TSR_LIBS)
 
-$(FUZZ_BUILD)/bin/fuzz_tenants $(FUZZ_BUILD)/bin/fuzz_completion: FUZZ_EXTRA_LIBS = \
-    $(FUZZ_BUILD)/lib/libtessera_serve_fuzz.a -ljansson -lmicrohttpd
-FUZZ_SERVE_OBJS := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(filter-out host/serve/cmd_serve.c,$(wildcard host/serve/*.c)))
+$(FUZZ_BUILD)/bin/fuzz_tenants $(FUZZ_BUILD)/bin/fuzz_completion: \
+    FUZZ_EXTRA_ARCHIVES = $(FUZZ_BUILD)/lib/libtessera_serve_fuzz.a
+$(FUZZ_BUILD)/bin/fuzz_tenants $(FUZZ_BUILD)/bin/fuzz_completion: \
+    FUZZ_EXTRA_LIBS = -ljansson -lmicrohttpd
+# host/serve without its command (cmd_serve.c), and the CLI helpers it uses.
+FUZZ_SERVE_OBJS := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,\
+    $(filter-out host/serve/cmd_serve.c,$(sort $(wildcard host/serve/*.c))) host/cli/cli_util.c)
 $(FUZZ_BUILD)/lib/libtessera_serve_fuzz.a: $(FUZZ_SERVE_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
