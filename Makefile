@@ -6,12 +6,26 @@
 #                   concurrency tests under ThreadSanitizer
 #   make test-tsan  only those (library and tests rebuilt with -fsanitize=thread
 #                   in $(BUILD)-tsan)
+#   make test SANITIZE=address,undefined
+#                   the library, the CLI and the tests built with those
+#                   sanitizers (in build-san unless BUILD is given) and run
 #   make bench      CPU benchmark table
 #   make install PREFIX=/usr/local
 #
 # Hardware targets (lint, sim-test, waves, coverage, synth) live in
 # hw/hw.mk and sim/sim.mk and are included below.
 
+# SANITIZE=address,undefined (or any -fsanitize= list but thread, which has
+# its own build: test-tsan): everything compiled and linked instrumented, in
+# its own directory; the tests run with the sanitizers' options below (and
+# SANITIZE in their environment, for the scripts that call make).
+ifneq ($(SANITIZE),)
+BUILD    ?= build-san
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_ENV  := SANITIZE=$(SANITIZE) ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0:detect_stack_use_after_return=0 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
+endif
 BUILD   ?= build
 PREFIX  ?= /usr/local
 CC      ?= gcc
@@ -90,10 +104,10 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_COMMON_OBJS) $(STATIC_LIB)
 
 $(BUILD)/obj/tests/%.o: TSR_CFLAGS += -Itests/unit/common
 
-tests: all $(TEST_BINS) tsan-tests
+tests: all $(TEST_BINS) $(if $(SANITIZE),,tsan-tests)
 
 test: tests
-	@tests/run.sh $(BUILD)
+	@$(SAN_ENV) tests/run.sh $(BUILD)
 
 # ---- ThreadSanitizer: the library, the concurrency tests and the CLI (for
 # the server under load) rebuilt with -fsanitize=thread; tests/e2e/tsan.sh runs them (against this build's RTL

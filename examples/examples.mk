@@ -8,4 +8,4 @@ all: $(EXAMPLE_BINS)
 
 $(EXAMPLE_BINS): $(BUILD)/bin/%: examples/%.c $(STATIC_LIB) host/include/tessera.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -g $(OPT) -Wall -Wextra -Ihost/include $(CFLAGS) -o $@ $< $(STATIC_LIB) $(TSR_LIBS)
+	$(CC) -std=c11 -g $(OPT) -Wall -Wextra -Ihost/include $(SANFLAGS) $(CFLAGS) -o $@ $< $(STATIC_LIB) $(TSR_LIBS)

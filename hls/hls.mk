@@ -10,7 +10,7 @@
 HLS_CSIM      := $(BUILD)/hls/tsr_kernel_csim
 HLS_CSIM_PHYS ?= 0x800000
 HLS_CXXFLAGS  := -std=c++14 -g -O2 -Wall -Wextra -Wno-unknown-pragmas -Wno-unused-label \
-                 -DTSR_HLS_PHYS_BYTES=$(HLS_CSIM_PHYS)ull -I. -Ihls -Ihost/include
+                 -DTSR_HLS_PHYS_BYTES=$(HLS_CSIM_PHYS)ull -I. -Ihls -Ihost/include $(SANFLAGS)
 
 $(BUILD)/hls/%.o: hls/%.cpp hls/tsr_kernel_hls.h hw/regmap.def driver/tsr_regmap.h
 	@mkdir -p $(dir $@)

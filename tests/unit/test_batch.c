@@ -405,8 +405,10 @@ static void test_errors(void) {
   TSR_ASSERT_ERR(tsr_seq_create(NULL, &none), TSR_STATUS_INVALID_ARGUMENT, "engine is NULL");
   CU_ASSERT_PTR_NULL(none);
   so.max_batch_rows = -1;
-  TSR_ASSERT_ERR(tsr_engine_create(r.model, &so, &e2), TSR_STATUS_OUT_OF_RANGE,
+  tsr_engine_t *e3 = NULL;
+  TSR_ASSERT_ERR(tsr_engine_create(r.model, &so, &e3), TSR_STATUS_OUT_OF_RANGE,
                  "max_batch_rows");
+  CU_ASSERT_PTR_NULL(e3);
   tsr_batch_destroy(bt);
   tsr_seq_destroy(a);
   tsr_seq_destroy(b);

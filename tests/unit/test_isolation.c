@@ -724,7 +724,7 @@ int main(void) {
     have_fmodel = have_fmodel || !strcmp(name, "fmodel");
     char title[96];
     snprintf(title, sizeof title, "isolation on %s", name);
-    CU_pSuite s = CU_add_suite(strdup(title), init_backend_suite, NULL);
+    CU_pSuite s = CU_add_suite(title, init_backend_suite, NULL); /* CUnit copies the name */
     CU_add_test(s, "two engines: disjoint windows, logits = host", test_windows);
     CU_add_test(s, "forged cross-window descriptors refused, other window unchanged",
                 test_forged);
