@@ -204,8 +204,10 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
   for (; i < cmd->n_desc; i++) {
     uint64_t da = cmd->ring + (uint64_t)i * TSR_HW_DESC_BYTES;
     if (!tsr_km_inside(da, TSR_HW_DESC_BYTES, mem->base, mem->size)) {
+      /* the fetch was requested (and counted) before DECERR came back */
       status = TSR_HWERR_AXI_ERROR;
       e.cycles += t->mem_latency;
+      e.bytes_rd += TSR_HW_DESC_BYTES;
       break;
     }
     tsr_desc_t d;

@@ -27,9 +27,12 @@
  *                         memory (the memory answers DECERR)
  * A descriptor refused in steps 1-4 writes nothing (the RTL checks before
  * any operand access). Step 5 is an approximation: the model writes nothing
- * for such a descriptor, while the RTL notices the error response at the
- * descriptor's barrier and may have written the tiles whose operands were
- * readable; HAL users never see this, since their windows are allocations.
+ * for such a descriptor and counts only its fetch, while the RTL notices
+ * the error responses at the descriptor's barrier, having requested every
+ * operand segment and written every row of C from whatever data came back
+ * (BYTES_RD and BYTES_WR count them); HAL users never see this, since
+ * their windows are allocations. A fetch that fails counts its 64 bytes
+ * in BYTES_RD, as the RTL does.
  * ERR_INDEX is the index
  * of the failing descriptor (0 when the launch succeeded), DESC_DONE the
  * number completed.

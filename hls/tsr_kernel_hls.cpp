@@ -200,6 +200,7 @@ extern "C" void tsr_kernel(uint64_t mem_base, uint64_t mem_size, uint64_t ring, 
       for (; i < n_desc; i++) {
         uint64_t da = ring + (uint64_t)i * TSR_HW_DESC_BYTES;
         if (!inside(da, TSR_HW_DESC_BYTES, 0, TSR_HLS_PHYS_BYTES)) {
+          rd += TSR_HW_DESC_BYTES; /* requested, answered DECERR: counted as the RTL does */
           st = TSR_HWERR_AXI_ERROR;
           break;
         }

@@ -84,6 +84,10 @@ struct tsr_sim {
   int64_t tokens = 0;          // bandwidth bucket, bytes (may go negative)
   std::string fault;           // first protocol violation
   bool lite_busy = false;
+  // window watch (tsr_sim_watch): accesses outside [watch_lo, watch_hi)
+  bool watching = false;
+  unsigned __int128 watch_lo = 0, watch_hi = 0;  // the window, exact
+  tsr_sim_stray_t stray{};
 
   ~tsr_sim() { free(mem); }
 };
@@ -111,6 +115,37 @@ void fault(tsr_sim *s, const char *fmt, ...) {
 bool in_mem(const tsr_sim *s, uint64_t addr, uint64_t n) {
   return addr >= s->cfg.mem_base && n <= s->cfg.mem_size &&
          addr - s->cfg.mem_base <= s->cfg.mem_size - n;
+}
+
+// Window watch. Reads are full bus words, so a read burst is stray when it
+// reaches past the window rounded out to bus words; a write is stray when a
+// strobed byte lies outside the window itself.
+void note_stray(tsr_sim *s, bool write, uint64_t addr) {
+  if (s->stray.reads + s->stray.writes == 0) {
+    s->stray.first_addr = addr;
+    s->stray.first_cycle = s->cycle;
+    s->stray.first_is_write = write;
+  }
+  if (write) s->stray.writes++;
+  else s->stray.reads++;
+}
+
+void watch_read(tsr_sim *s, uint64_t addr, uint64_t n) {
+  if (!s->watching) return;
+  unsigned __int128 lo = s->watch_lo / kBeat * kBeat;
+  unsigned __int128 hi = (s->watch_hi + kBeat - 1) / kBeat * kBeat;
+  if (addr < lo || (unsigned __int128)addr + n > hi) note_stray(s, false, addr);
+}
+
+void watch_write(tsr_sim *s, uint64_t addr, uint64_t strb) {
+  if (!s->watching || !strb) return;
+  for (unsigned i = 0; i < kBeat; i++) {
+    unsigned __int128 a = (unsigned __int128)addr + i;
+    if ((strb >> i & 1) && (a < s->watch_lo || a >= s->watch_hi)) {
+      note_stray(s, true, addr + i);
+      return;
+    }
+  }
 }
 
 void trace_dump(tsr_sim *s, uint64_t t) {
@@ -170,6 +205,7 @@ void drain_writes(tsr_sim *s) {
     Burst &b = s->awq.front();
     WBeat &w = s->wq.front();
     uint64_t a = b.addr + (uint64_t)s->w_in_burst * kBeat;
+    watch_write(s, a, w.strb);
     if (!b.bad)
       for (unsigned i = 0; i < kBeat; i++)
         if (w.strb >> i & 1) s->mem[a - s->cfg.mem_base + i] = w.data[i];
@@ -206,6 +242,7 @@ void step(tsr_sim *s) {
     uint64_t a = t->m_axi_gmem_araddr;
     unsigned len = t->m_axi_gmem_arlen;
     check_burst(s, "AR", a, len, t->m_axi_gmem_arsize, t->m_axi_gmem_arburst);
+    watch_read(s, a, (uint64_t)(len + 1) * kBeat);
     s->rq.push_back({a, len + 1, 0, s->cycle + s->cfg.mem_latency,
                      !in_mem(s, a, (uint64_t)(len + 1) * kBeat)});
   }
@@ -492,6 +529,20 @@ TSR_EXPORT void tsr_sim_geometry(const tsr_sim_t *s, uint32_t *rows, uint32_t *c
   (void)s;
   if (rows) *rows = TSR_SIM_ROWS;
   if (cols) *cols = TSR_SIM_COLS;
+}
+
+TSR_EXPORT int tsr_sim_watch(tsr_sim_t *s, uint64_t base, uint64_t size) {
+  if (!s) return -1;
+  s->watching = size != 0;
+  s->watch_lo = base;
+  s->watch_hi = (unsigned __int128)base + size;
+  s->stray = tsr_sim_stray_t{};
+  return 0;
+}
+
+TSR_EXPORT void tsr_sim_stray(const tsr_sim_t *s, tsr_sim_stray_t *out) {
+  if (!out) return;
+  *out = s ? s->stray : tsr_sim_stray_t{};
 }
 
 /* Extension (not in tsr_sim.h v1): the reason of the last failure, for tests. */

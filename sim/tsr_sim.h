@@ -74,6 +74,28 @@ int tsr_sim_irq(const tsr_sim_t *sim);
 /* Array geometry the library was built with. */
 void tsr_sim_geometry(const tsr_sim_t *sim, uint32_t *rows, uint32_t *cols);
 
+/* ---- window watch (additive to ABI v1: look these up with dlsym) --------
+ * The memory model flags every access of the kernel that reaches outside a
+ * watched window, normally the MEM_BASE/MEM_SIZE the host gives the kernel:
+ * a read burst reaching past the window rounded out to whole bus words
+ * (reads are full-width beats, so the bus words that hold the window's
+ * first and last bytes are the finest reads can be), or a write beat with a
+ * strobed byte outside the window itself. Accesses still happen as before
+ * (answered DECERR outside the memory); they are only counted. */
+typedef struct tsr_sim_stray {
+  uint64_t reads;        /* read bursts reaching outside the window       */
+  uint64_t writes;       /* write beats with a strobed byte outside it    */
+  uint64_t first_addr;   /* burst address (read) or byte address (write)  */
+  uint64_t first_cycle;  /* cycle of that first access                    */
+  int first_is_write;    /* whether the first was a write                 */
+} tsr_sim_stray_t;
+
+/* Watches [base, base + size) (size 0: no window, nothing flagged) and
+ * clears the counts. The window may reach past the memory or 2^64. */
+int tsr_sim_watch(tsr_sim_t *sim, uint64_t base, uint64_t size);
+/* The counts since the last tsr_sim_watch(). */
+void tsr_sim_stray(const tsr_sim_t *sim, tsr_sim_stray_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -894,6 +894,7 @@ static void finish_cmd(ocl_device_t *dev, const ocl_cmd_t *c, tsr_hal_result_t *
         break;
       case TSR_CL_LOG_FETCH_FAILED: /* the read itself answered DECERR */
         e.cycles += t->mem_latency;
+        e.bytes_rd += TSR_HW_DESC_BYTES;
         break;
     }
   }

@@ -63,7 +63,7 @@ module tsr_ctrl_s_axi #(
   logic        ap_start_q, ap_done_q, ap_ready_q, auto_restart_q;
   logic        gie_q;
   logic [1:0]  ier_q, isr_q;
-  logic [31:0] arg_q [12];   // host-written argument words, 0x10..0x3C
+  logic [31:0] arg_q [12];   // argument words 0x10..0x3C (only the named ones written)
   logic [63:0] mem_base_q, mem_size_q, ring_q;
   logic [31:0] n_desc_q;
 
@@ -84,13 +84,23 @@ module tsr_ctrl_s_axi #(
   assign addr_bad_w = (aw_addr_q >= 12'(TSR_HW_CTRL_BYTES)) || (aw_addr_q[1:0] != 2'b00);
   assign addr_bad_r = (araddr_i >= 12'(TSR_HW_CTRL_BYTES)) || (araddr_i[1:0] != 2'b00);
 
+  // Argument words hw/regmap.def names (two for a 64-bit argument); the
+  // words between them name nothing: they read 0 and ignore writes.
+  function automatic logic arg_named(input logic [11:0] a);
+    arg_named = a == TSR_ARG_MEM_BASE || a == TSR_ARG_MEM_SIZE || a == TSR_ARG_RING ||
+                a == TSR_ARG_N_DESC ||
+                (TSR_ARG_MEM_BASE_BITS > 32 && a == TSR_ARG_MEM_BASE + 12'h4) ||
+                (TSR_ARG_MEM_SIZE_BITS > 32 && a == TSR_ARG_MEM_SIZE + 12'h4) ||
+                (TSR_ARG_RING_BITS > 32 && a == TSR_ARG_RING + 12'h4) ||
+                (TSR_ARG_N_DESC_BITS > 32 && a == TSR_ARG_N_DESC + 12'h4);
+  endfunction
+
   logic wr_ctrl, wr_gie, wr_ier, wr_isr, wr_arg;
   assign wr_ctrl = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_CTRL;
   assign wr_gie  = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_GIE;
   assign wr_ier  = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_IER;
   assign wr_isr  = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_ISR;
-  assign wr_arg  = wr_fire && !addr_bad_w && aw_addr_q >= TSR_ARG_MEM_BASE &&
-                   aw_addr_q < TSR_STAT_STATUS;
+  assign wr_arg  = wr_fire && !addr_bad_w && arg_named(aw_addr_q);
 
   logic start_w, continue_w;
   assign start_w    = wr_ctrl && w_strb_q[0] && w_data_q[0];
@@ -247,8 +257,7 @@ module tsr_ctrl_s_axi #(
       TSR_STAT_MACS:              rd_mux = macs_i[31:0];
       TSR_STAT_MACS + 12'h4:      rd_mux = macs_i[63:32];
       default: begin
-        if (araddr_i >= TSR_ARG_MEM_BASE && araddr_i < TSR_STAT_STATUS)
-          rd_mux = arg_q[araddr_i[5:2] - 4'd4];
+        if (arg_named(araddr_i)) rd_mux = arg_q[araddr_i[5:2] - 4'd4];
       end
     endcase
   end
