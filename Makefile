@@ -113,7 +113,7 @@ test: tests
 # the server under load) rebuilt with -fsanitize=thread; tests/e2e/tsan.sh runs them (against this build's RTL
 # library, which is not instrumented: the sim backend serializes its calls).
 TSAN_BUILD := $(BUILD)-tsan
-TSAN_TESTS := test_batch test_queue test_device_api
+TSAN_TESTS := test_batch test_queue test_device_api test_xrt_threads
 .PHONY: tsan-tests test-tsan
 tsan-tests:
 	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) OPT=-O1 CFLAGS="-fsanitize=thread" \

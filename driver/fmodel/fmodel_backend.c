@@ -27,6 +27,9 @@
  *                  commands queue behind it, reset() recovers
  *   lost           open succeeds, then every call fails with UNAVAILABLE
  *                  (a device that fell off the bus)
+ *   fail_rate=P    each command fails like fail=N with probability P,
+ *   seed=S         decided by a hash of (S, command number): random-looking
+ *                  and reproducible (soak tests)
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -50,6 +53,8 @@ typedef struct fm_device {
   int threads;            /* option threads=                            */
   tsr_threadpool_t *pool; /* owned; NULL when threads == 1              */
   uint64_t fail_at, hang_at; /* 1-based command numbers, 0 = never */
+  double fail_rate;          /* probability that a command fails        */
+  uint64_t fail_seed;
   bool lost;              /* set at open only                           */
 
   tsr_queue_t q;          /* fences, completions, the lock (queue.h)    */
@@ -65,6 +70,17 @@ static tsr_status_t lost_status(void) {
   return TSR_ERR(UNAVAILABLE, "fmodel: device lost (fault injection option 'lost')");
 }
 
+/* Whether command `fence` fails under fail_rate: splitmix64 of (seed,
+ * fence) against the rate. */
+static bool random_fail(const fm_device_t *dev, uint64_t fence) {
+  if (dev->fail_rate <= 0) return false;
+  uint64_t z = dev->fail_seed + fence * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1.0p-53 < dev->fail_rate;
+}
+
 /* The worker: executes launches in fence order, like a kernel draining its
  * command queue. The model runs without the queue's lock. */
 static void *worker_main(void *arg) {
@@ -77,7 +93,7 @@ static void *worker_main(void *arg) {
       continue;
     }
     tsr_hal_result_t res;
-    if (dev->fail_at == fence) {
+    if (dev->fail_at == fence || random_fail(dev, fence)) {
       memset(&res, 0, sizeof res);
       res.hw_status = TSR_HWERR_AXI_ERROR;
       res.cycles = tsr_km_launch_cycles(&dev->timing);
@@ -113,8 +129,8 @@ static void fm_close(tsr_hal_device_t *d) {
 
 /* What the option string sets (defaults in fm_open). */
 typedef struct fm_opts {
-  uint64_t mem, base, rows, cols, latency, threads, fail, hang;
-  double clock_mhz, bw;
+  uint64_t mem, base, rows, cols, latency, threads, fail, hang, seed;
+  double clock_mhz, bw, fail_rate;
   bool lost;
 } fm_opts_t;
 
@@ -138,6 +154,10 @@ static const tsr_opt_spec_t fm_options[] = {
     TSR_OPT_ROW_U64(fm_opts_t, hang, "hang", 1, UINT64_MAX,
                     "fault: launch N never completes until a reset"),
     TSR_OPT_ROW_BOOL(fm_opts_t, lost, "lost", "fault: every call after open fails UNAVAILABLE"),
+    TSR_OPT_ROW_F64(fm_opts_t, fail_rate, "fail_rate", 0, 1,
+                    "fault: each launch fails with this probability (default 0)"),
+    TSR_OPT_ROW_U64(fm_opts_t, seed, "seed", 0, UINT64_MAX,
+                    "seed of fail_rate's choice of launches (default 1)"),
 };
 #define FM_N_OPTIONS (sizeof fm_options / sizeof fm_options[0])
 
@@ -145,7 +165,7 @@ static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
   fm_opts_t o = {.mem = dev->mem.size, .base = dev->mem.base, .rows = dev->timing.rows,
                  .cols = dev->timing.cols, .latency = dev->timing.mem_latency,
                  .threads = (uint64_t)dev->threads, .clock_mhz = dev->timing.clock_hz / 1e6,
-                 .bw = dev->timing.mem_bytes_per_cycle};
+                 .bw = dev->timing.mem_bytes_per_cycle, .seed = 1};
   TSR_RETURN_IF(tsr_opts_parse(FM_NAME, fm_options, FM_N_OPTIONS, options, &o));
   if (o.base % 4096)
     return TSR_ERR(INVALID_ARGUMENT, "fmodel: option base=0x%" PRIx64
@@ -161,6 +181,8 @@ static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
   dev->fail_at = o.fail;
   dev->hang_at = o.hang;
   dev->lost = o.lost;
+  dev->fail_rate = o.fail_rate;
+  dev->fail_seed = o.seed;
   return TSR_OK;
 }
 
