@@ -9,6 +9,8 @@
 #   make test SANITIZE=address,undefined
 #                   the library, the CLI and the tests built with those
 #                   sanitizers (in build-san unless BUILD is given) and run
+#   make soak       server, generation and fuzz corpora in a loop with devices
+#                   failing at random; memory must not grow (SOAK_SECONDS=300)
 #   make bench      CPU benchmark table
 #   make install PREFIX=/usr/local
 #
@@ -65,7 +67,7 @@ STATIC_LIB := $(BUILD)/lib/libtessera.a
 SHARED_LIB := $(BUILD)/lib/libtessera.so.$(VERSION)
 CLI        := $(BUILD)/bin/tessera
 
-.PHONY: all run serve test bench install clean deps
+.PHONY: all run serve soak test bench install clean deps
 # Keep the intermediate files of chained rules (test objects, generated
 # sources) between runs. A .SECONDARY with prerequisites anywhere in the
 # fragments would turn this off: do not add one.
@@ -126,6 +128,10 @@ test-tsan: all tsan-tests
 # ---- the main job ----
 run: all
 	@scripts/demo.sh $(BUILD)
+
+# The bounded soak (minutes; not part of `make test`): SOAK_SECONDS=300.
+soak: all
+	@scripts/soak.sh $(BUILD) $(or $(SOAK_SECONDS),300)
 
 # `tessera serve` on the embedded default model (open mode, port 8080).
 serve: all
