@@ -6,7 +6,8 @@
 # Each target runs for SECONDS (-max_total_time) on its persistent corpus
 # FUZZ_BUILD/corpus/<target>, seeded from FUZZ_BUILD/seeds/<target> and
 # fuzz/corpus/<target>; crash, leak and timeout artifacts go to
-# FUZZ_BUILD/artifacts/<target>/ and the log to FUZZ_BUILD/logs/<target>.log.
+# FUZZ_BUILD/artifacts/<target>/ (those of earlier runs move to previous/)
+# and the log to FUZZ_BUILD/logs/<target>.log.
 # Prints one line per target: "target execs crashes" (plus the coverage),
 # and exits 1 when any target left an artifact. FUZZ_NICE=N runs the
 # fuzzers under `nice -n N`; FUZZ_RUNS=N stops each after N executions.
@@ -39,7 +40,9 @@ for t in "$@"; do
   corpus="$build/corpus/$t"
   art="$build/artifacts/$t"
   log="$build/logs/$t.log"
-  mkdir -p "$corpus" "$art" "$build/logs"
+  mkdir -p "$corpus" "$art/previous" "$build/logs"
+  # Artifacts of earlier runs are kept aside, not counted again.
+  find "$art" -maxdepth 1 -type f -exec mv {} "$art/previous/" \;
   if [ ! -x "$bin" ]; then
     echo "fuzz-run: $bin is missing (make fuzz-build)" >&2
     failed=1
