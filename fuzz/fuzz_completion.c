@@ -8,40 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fuzz/util.h"
 #include "host/serve/serve.h"
-#include "host/src/model_file.h"
 
 static srv_t srv;
 static srv_model_t model;
 static srv_tenant_t limited;
 
 static void setup(void) {
-  char path[] = "/tmp/tsr-fuzz-completion-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) abort();
-  tsr_gen_params_t p;
-  tsr_status_t s = tsr_gen_preset("stories260K", &p);
-  if (!s) {
-    p.dim = 16;
-    p.hidden_dim = 32;
-    p.n_layers = 1;
-    p.n_heads = 2;
-    p.n_kv_heads = 1;
-    p.vocab_size = 600;
-    p.seq_len = 32;
-    p.type = TSR_DTYPE_F16;
-    s = tsr_gen_model_write(path, &p);
-  }
-  if (!s) s = tsr_model_load(fz_context(), path, NULL, &model.model);
-  unlink(path);
-  close(fd);
-  if (s) {
-    fprintf(stderr, "fuzz_completion: model: %s\n", tsr_status_message(s));
-    abort();
-  }
+  model.model = fz_tiny_model("fuzz_completion", 32);
   tsr_model_config(model.model, &model.cfg);
   model.name = "tiny";
   srv.ctx = fz_context();

@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "host/src/model_file.h"
+
 bool fz_file_create(fz_file_t *f, const void *data, size_t size) {
   f->fd = memfd_create("tsr-fuzz", MFD_CLOEXEC);
   f->path[0] = '\0';
@@ -130,4 +132,32 @@ uint8_t *fz_llama2c_tokenizer(int32_t vocab_size, size_t *size) {
   }
   *size = at;
   return buf;
+}
+
+tsr_model_t *fz_tiny_model(const char *who, int32_t seq_len) {
+  char path[] = "/tmp/tsr-fuzz-model-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) abort();
+  tsr_gen_params_t p;
+  tsr_model_t *m = NULL;
+  tsr_status_t s = tsr_gen_preset("stories260K", &p);
+  if (!s) {
+    p.dim = 16;
+    p.hidden_dim = 32;
+    p.n_layers = 1;
+    p.n_heads = 2;
+    p.n_kv_heads = 1;
+    p.vocab_size = 600;
+    p.seq_len = seq_len;
+    p.type = TSR_DTYPE_F16;
+    s = tsr_gen_model_write(path, &p);
+  }
+  if (!s) s = tsr_model_load(fz_context(), path, NULL, &m);
+  unlink(path);
+  close(fd);
+  if (s) {
+    fprintf(stderr, "%s: the generated model: %s\n", who, tsr_status_message(s));
+    abort();
+  }
+  return m;
 }

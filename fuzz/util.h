@@ -41,6 +41,11 @@ static inline void fz_ignore(tsr_status_t s) { tsr_status_free(s); }
  * library returns something a caller could not use (logits missing). */
 void fz_exercise_model(tsr_model_t *m, unsigned flags);
 
+/* A generated tiny llama model (the stories260K preset shrunk: dim 16, one
+ * layer, a vocabulary of 600 pieces, F16) with a context of `seq_len`,
+ * loaded in fz_context(). Aborts, naming `who`, if it cannot be made. */
+tsr_model_t *fz_tiny_model(const char *who, int32_t seq_len);
+
 /* Writes a llama2.c tokenizer for `vocab_size` ids (>= 3): <unk>, BOS,
  * EOS, byte tokens <0x00>..<0xFF> when they fit, then short pieces. Returns
  * a malloc'ed buffer of *size bytes (NULL when out of memory). */
