@@ -96,6 +96,62 @@ int tsr_sim_watch(tsr_sim_t *sim, uint64_t base, uint64_t size);
 /* The counts since the last tsr_sim_watch(). */
 void tsr_sim_stray(const tsr_sim_t *sim, tsr_sim_stray_t *out);
 
+/* ---- the ABI as a table, for hosts that load the library with dlopen ---- */
+typedef struct tsr_sim_api {
+  void (*config_init)(tsr_sim_config_t *);
+  int (*abi_version)(void);
+  int (*create)(const tsr_sim_config_t *, tsr_sim_t **, char *, size_t);
+  void (*destroy)(tsr_sim_t *);
+  void (*reset)(tsr_sim_t *);
+  int (*reg_write)(tsr_sim_t *, uint32_t, uint32_t);
+  int (*reg_read)(tsr_sim_t *, uint32_t, uint32_t *);
+  int (*mem_write)(tsr_sim_t *, uint64_t, const void *, size_t);
+  int (*mem_read)(tsr_sim_t *, uint64_t, void *, size_t);
+  int (*run)(tsr_sim_t *, uint64_t, int, uint64_t *);
+  uint64_t (*cycles)(const tsr_sim_t *);
+  int (*irq)(const tsr_sim_t *);
+  void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
+  /* additive to ABI v1: NULL when the library lacks them */
+  const char *(*last_error)(const tsr_sim_t *);
+  int (*watch)(tsr_sim_t *, uint64_t, uint64_t);
+  void (*stray)(const tsr_sim_t *, tsr_sim_stray_t *);
+} tsr_sim_api_t;
+
+/* Fills *api from a loaded library through `sym` (dlsym, or a wrapper).
+ * Returns NULL, or the name of the first entry point of ABI v1 that is
+ * missing; the additive ones are left NULL when absent. */
+static inline const char *tsr_sim_api_resolve(void *lib, void *(*sym)(void *, const char *),
+                                              tsr_sim_api_t *api) {
+  struct entry {
+    const char *name;
+    void **slot;
+    int required;
+  };
+  const struct entry t[] = {
+      {"tsr_sim_config_init", (void **)&api->config_init, 1},
+      {"tsr_sim_abi_version", (void **)&api->abi_version, 1},
+      {"tsr_sim_create", (void **)&api->create, 1},
+      {"tsr_sim_destroy", (void **)&api->destroy, 1},
+      {"tsr_sim_reset", (void **)&api->reset, 1},
+      {"tsr_sim_reg_write", (void **)&api->reg_write, 1},
+      {"tsr_sim_reg_read", (void **)&api->reg_read, 1},
+      {"tsr_sim_mem_write", (void **)&api->mem_write, 1},
+      {"tsr_sim_mem_read", (void **)&api->mem_read, 1},
+      {"tsr_sim_run", (void **)&api->run, 1},
+      {"tsr_sim_cycles", (void **)&api->cycles, 1},
+      {"tsr_sim_irq", (void **)&api->irq, 1},
+      {"tsr_sim_geometry", (void **)&api->geometry, 1},
+      {"tsr_sim_last_error", (void **)&api->last_error, 0},
+      {"tsr_sim_watch", (void **)&api->watch, 0},
+      {"tsr_sim_stray", (void **)&api->stray, 0},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    *t[i].slot = sym(lib, t[i].name);
+    if (!*t[i].slot && t[i].required) return t[i].name;
+  }
+  return NULL;
+}
+
 #ifdef __cplusplus
 }
 #endif

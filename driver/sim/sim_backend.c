@@ -69,24 +69,6 @@
 #define SIM_NAME "sim"
 #define SIM_LIB_FILE "libtessera_rtl.so"
 
-/* Entry points resolved from the RTL library. */
-typedef struct sim_api {
-  void (*config_init)(tsr_sim_config_t *);
-  int (*abi_version)(void);
-  int (*create)(const tsr_sim_config_t *, tsr_sim_t **, char *, size_t);
-  void (*destroy)(tsr_sim_t *);
-  void (*reset)(tsr_sim_t *);
-  int (*reg_write)(tsr_sim_t *, uint32_t, uint32_t);
-  int (*reg_read)(tsr_sim_t *, uint32_t, uint32_t *);
-  int (*mem_write)(tsr_sim_t *, uint64_t, const void *, size_t);
-  int (*mem_read)(tsr_sim_t *, uint64_t, void *, size_t);
-  int (*run)(tsr_sim_t *, uint64_t, int, uint64_t *);
-  uint64_t (*cycles)(const tsr_sim_t *);
-  int (*irq)(const tsr_sim_t *);
-  void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
-  /* Optional extension: why the last call failed (NULL if absent). */
-  const char *(*last_error)(const tsr_sim_t *);
-} sim_api_t;
 
 /* The edge where the library's negative return codes become statuses. */
 #define SIM_CHECK(expr, ...)                                                  \
@@ -102,7 +84,7 @@ typedef struct sim_api {
 
 typedef struct sim_device {
   tsr_hal_device_t base; /* must be first */
-  sim_api_t api;
+  tsr_sim_api_t api;
   tsr_sim_t *sim;
   tsr_sim_config_t cfg;
   char wave_path[512], coverage_path[512], lib_path[PATH_MAX];
@@ -175,27 +157,10 @@ static tsr_status_t load_library(sim_device_t *dev, void **out_handle) {
 static tsr_status_t load_api(sim_device_t *dev) {
   void *h = NULL;
   TSR_RETURN_IF(load_library(dev, &h));
-  sim_api_t *a = &dev->api;
-  const tsr_dl_sym_t syms[] = {
-      {"tsr_sim_config_init", (void **)&a->config_init},
-      {"tsr_sim_abi_version", (void **)&a->abi_version},
-      {"tsr_sim_create", (void **)&a->create},
-      {"tsr_sim_destroy", (void **)&a->destroy},
-      {"tsr_sim_reset", (void **)&a->reset},
-      {"tsr_sim_reg_write", (void **)&a->reg_write},
-      {"tsr_sim_reg_read", (void **)&a->reg_read},
-      {"tsr_sim_mem_write", (void **)&a->mem_write},
-      {"tsr_sim_mem_read", (void **)&a->mem_read},
-      {"tsr_sim_run", (void **)&a->run},
-      {"tsr_sim_cycles", (void **)&a->cycles},
-      {"tsr_sim_irq", (void **)&a->irq},
-      {"tsr_sim_geometry", (void **)&a->geometry},
-  };
-  TSR_RETURN_IF(tsr_dl_resolve(SIM_NAME, h, dev->lib_path, syms, sizeof syms / sizeof syms[0],
-                               "stale build?"));
-  /* Optional extension. */
-  dlerror();
-  a->last_error = (const char *(*)(const tsr_sim_t *))dlsym(h, "tsr_sim_last_error");
+  tsr_sim_api_t *a = &dev->api;
+  const char *missing = tsr_sim_api_resolve(h, dlsym, a);
+  if (missing)
+    return TSR_ERR(UNAVAILABLE, "sim: %s lacks symbol %s (stale build?)", dev->lib_path, missing);
   int v = a->abi_version();
   if (v != TSR_SIM_ABI_VERSION)
     return TSR_ERR(UNAVAILABLE, "sim: %s has ABI version %d, this driver speaks %d",

@@ -20,22 +20,7 @@
 #include "tsr_sim.h"
 
 /* ---- the library ---- */
-static struct {
-  void (*config_init)(tsr_sim_config_t *);
-  int (*abi_version)(void);
-  int (*create)(const tsr_sim_config_t *, tsr_sim_t **, char *, size_t);
-  void (*destroy)(tsr_sim_t *);
-  void (*reset)(tsr_sim_t *);
-  int (*reg_write)(tsr_sim_t *, uint32_t, uint32_t);
-  int (*reg_read)(tsr_sim_t *, uint32_t, uint32_t *);
-  int (*mem_write)(tsr_sim_t *, uint64_t, const void *, size_t);
-  int (*mem_read)(tsr_sim_t *, uint64_t, void *, size_t);
-  int (*run)(tsr_sim_t *, uint64_t, int, uint64_t *);
-  uint64_t (*cycles)(const tsr_sim_t *);
-  int (*irq)(const tsr_sim_t *);
-  void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
-  const char *(*last_error)(const tsr_sim_t *);
-} api;
+static tsr_sim_api_t api;
 
 static const char *g_wave, *g_cov;
 static uint64_t g_wave_start, g_wave_end;
@@ -724,15 +709,6 @@ static const struct { const char *name; int (*fn)(void); int quick; } tests[] = 
     {"perf", t_perf, 0},
 };
 
-static void *sym(void *h, const char *name) {
-  void *p = dlsym(h, name);
-  if (!p) {
-    fprintf(stderr, "missing symbol %s\n", name);
-    exit(2);
-  }
-  return p;
-}
-
 int main(int argc, char **argv) {
   const char *lib = NULL;
   const char *only[32];
@@ -777,20 +753,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cannot load %s: %s\n", lib, dlerror());
     return 2;
   }
-  *(void **)&api.config_init = sym(h, "tsr_sim_config_init");
-  *(void **)&api.abi_version = sym(h, "tsr_sim_abi_version");
-  *(void **)&api.create = sym(h, "tsr_sim_create");
-  *(void **)&api.destroy = sym(h, "tsr_sim_destroy");
-  *(void **)&api.reset = sym(h, "tsr_sim_reset");
-  *(void **)&api.reg_write = sym(h, "tsr_sim_reg_write");
-  *(void **)&api.reg_read = sym(h, "tsr_sim_reg_read");
-  *(void **)&api.mem_write = sym(h, "tsr_sim_mem_write");
-  *(void **)&api.mem_read = sym(h, "tsr_sim_mem_read");
-  *(void **)&api.run = sym(h, "tsr_sim_run");
-  *(void **)&api.cycles = sym(h, "tsr_sim_cycles");
-  *(void **)&api.irq = sym(h, "tsr_sim_irq");
-  *(void **)&api.geometry = sym(h, "tsr_sim_geometry");
-  *(void **)&api.last_error = sym(h, "tsr_sim_last_error");
+  const char *missing = tsr_sim_api_resolve(h, dlsym, &api);
+  if (!missing && !api.last_error) missing = "tsr_sim_last_error";
+  if (missing) {
+    fprintf(stderr, "missing symbol %s\n", missing);
+    return 2;
+  }
   if (api.abi_version() != TSR_SIM_ABI_VERSION) {
     fprintf(stderr, "ABI version %d, want %d\n", api.abi_version(), TSR_SIM_ABI_VERSION);
     return 2;

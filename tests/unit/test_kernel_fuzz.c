@@ -66,23 +66,7 @@
 
 /* ---- the RTL library, loaded with dlopen ---------------------------------- */
 
-static struct {
-  void (*config_init)(tsr_sim_config_t *);
-  int (*abi_version)(void);
-  int (*create)(const tsr_sim_config_t *, tsr_sim_t **, char *, size_t);
-  void (*destroy)(tsr_sim_t *);
-  void (*reset)(tsr_sim_t *);
-  int (*reg_write)(tsr_sim_t *, uint32_t, uint32_t);
-  int (*reg_read)(tsr_sim_t *, uint32_t, uint32_t *);
-  int (*mem_write)(tsr_sim_t *, uint64_t, const void *, size_t);
-  int (*mem_read)(tsr_sim_t *, uint64_t, void *, size_t);
-  int (*run)(tsr_sim_t *, uint64_t, int, uint64_t *);
-  uint64_t (*cycles)(const tsr_sim_t *);
-  void (*geometry)(const tsr_sim_t *, uint32_t *, uint32_t *);
-  int (*watch)(tsr_sim_t *, uint64_t, uint64_t);
-  void (*stray)(const tsr_sim_t *, tsr_sim_stray_t *);
-  const char *(*last_error)(const tsr_sim_t *);
-} api;
+static tsr_sim_api_t api;
 static char g_lib_err[512];
 
 static int load_rtl(void) {
@@ -94,30 +78,14 @@ static int load_rtl(void) {
              "`make rtl` or set TSR_RTL_LIB", dlerror());
     return -1;
   }
-  struct { const char *name; void **fn; } syms[] = {
-      {"tsr_sim_config_init", (void **)&api.config_init},
-      {"tsr_sim_abi_version", (void **)&api.abi_version},
-      {"tsr_sim_create", (void **)&api.create},
-      {"tsr_sim_destroy", (void **)&api.destroy},
-      {"tsr_sim_reset", (void **)&api.reset},
-      {"tsr_sim_reg_write", (void **)&api.reg_write},
-      {"tsr_sim_reg_read", (void **)&api.reg_read},
-      {"tsr_sim_mem_write", (void **)&api.mem_write},
-      {"tsr_sim_mem_read", (void **)&api.mem_read},
-      {"tsr_sim_run", (void **)&api.run},
-      {"tsr_sim_cycles", (void **)&api.cycles},
-      {"tsr_sim_geometry", (void **)&api.geometry},
-      {"tsr_sim_watch", (void **)&api.watch},
-      {"tsr_sim_stray", (void **)&api.stray},
-      {"tsr_sim_last_error", (void **)&api.last_error},
-  };
-  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-    *syms[i].fn = dlsym(h, syms[i].name);
-    if (!*syms[i].fn) {
-      snprintf(g_lib_err, sizeof g_lib_err, "%s lacks %s (stale build? run `make rtl`)", path,
-               syms[i].name);
-      return -1;
-    }
+  const char *missing = tsr_sim_api_resolve(h, dlsym, &api);
+  if (!missing && !api.watch) missing = "tsr_sim_watch";
+  if (!missing && !api.stray) missing = "tsr_sim_stray";
+  if (!missing && !api.last_error) missing = "tsr_sim_last_error";
+  if (missing) {
+    snprintf(g_lib_err, sizeof g_lib_err, "%s lacks %s (stale build? run `make rtl`)", path,
+             missing);
+    return -1;
   }
   if (api.abi_version() != TSR_SIM_ABI_VERSION) {
     snprintf(g_lib_err, sizeof g_lib_err, "%s has ABI %d, want %d", path, api.abi_version(),
