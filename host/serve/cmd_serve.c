@@ -129,22 +129,21 @@ static char *expand_pool(const char *list, int *entries) {
   return out;
 }
 
-/* The context's entries: names, cpu or not, fixed or pool (the first
- * n_fixed entries are the --device ones). */
+/* The context's entries: their specs (borrowed from the context), which are
+ * the host, which fixed and which the pool's (the first n_fixed entries are
+ * the --device ones). */
 static bool context_entries(srv_t *s, int n_fixed) {
   s->n_entries = tsr_context_device_count(s->ctx);
-  s->entry_names = calloc((size_t)s->n_entries, sizeof(char *));
-  s->entry_is_cpu = calloc((size_t)s->n_entries, sizeof(bool));
-  s->entry_in_pool = calloc((size_t)s->n_entries, sizeof(bool));
-  if (!s->entry_names || !s->entry_is_cpu || !s->entry_in_pool) return false;
+  s->entry_names = calloc((size_t)s->n_entries, sizeof(const char *));
+  if (!s->entry_names) return false;
   for (int e = 0; e < s->n_entries; e++) {
     const char *spec = tsr_context_device_spec(s->ctx, e);
-    s->entry_names[e] = strdup(spec);
-    if (!s->entry_names[e]) return false;
-    s->entry_is_cpu[e] = !strcmp(spec, "cpu") || !strncmp(spec, "cpu:", 4);
-    s->entry_in_pool[e] = e >= n_fixed;
-    if (e < 64 && !s->entry_is_cpu[e]) {
-      if (s->entry_in_pool[e]) s->pool_mask |= 1ull << e;
+    s->entry_names[e] = spec;
+    if (e >= 64) continue; /* refused by the caller */
+    if (!strcmp(spec, "cpu")) { /* the host; the context takes no options for it */
+      s->cpu_mask |= 1ull << e;
+    } else {
+      if (e >= n_fixed) s->pool_mask |= 1ull << e;
       else s->fixed_mask |= 1ull << e;
     }
   }
@@ -483,10 +482,7 @@ done:
   free(s->models);
   tsr_context_destroy(s->ctx);
   if (s->m.requests) srv_metrics_free(s);
-  for (int e = 0; s->entry_names && e < s->n_entries; e++) free(s->entry_names[e]);
   free(s->entry_names);
-  free(s->entry_is_cpu);
-  free(s->entry_in_pool);
   free(s->waiting);
   free(s->running);
   free(s->admin_key);

@@ -42,7 +42,6 @@ typedef struct conn_ctx {
   srv_req_t *req;  /* a queued completion (one reference) */
   srv_tenant_t *tenant;
   int status;      /* the HTTP status answered, for the metrics */
-  bool counted;
 } conn_ctx_t;
 
 /* ---- requests ---- */
@@ -184,21 +183,44 @@ static const char *bearer(struct MHD_Connection *c) {
   return *h ? h : NULL;
 }
 
-static bool is_admin(srv_t *s, const char *key) {
-  if (!s->admin_key || !key) return false;
-  size_t la = strlen(s->admin_key), lb = strlen(key);
-  unsigned d = (unsigned)(la != lb);
-  for (size_t i = 0; i < la; i++)
-    d |= (unsigned char)s->admin_key[i] ^ (unsigned char)(i < lb ? key[i] : 0);
-  return !d;
-}
-
 /* ---- completions ---- */
 
 static int64_t now_unix(void) { return (int64_t)time(NULL); }
 
-static enum MHD_Result completions(srv_t *s, struct MHD_Connection *c, conn_ctx_t *cc,
-                                   srv_tenant_t *tenant);
+/* The completion object of r with choices[0].text = `text` (stolen); a
+ * stream's token events (final false) have finish_reason null and no
+ * usage. */
+static json_t *completion_json(const srv_req_t *r, json_t *text, bool final) {
+  char id[48];
+  snprintf(id, sizeof id, "cmpl-%" PRIu64, r->id);
+  if (!final)
+    return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:n}]}", "id", id, "object",
+                     "text_completion", "created", (json_int_t)now_unix(), "model",
+                     r->model->name, "choices", "index", 0, "text", text, "logprobs",
+                     "finish_reason");
+  return json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:s}],s:{s:i,s:i,s:i}}", "id", id,
+                   "object", "text_completion", "created", (json_int_t)now_unix(), "model",
+                   r->model->name, "choices", "index", 0, "text", text, "logprobs",
+                   "finish_reason", r->finish ? r->finish : "stop", "usage", "prompt_tokens",
+                   (int)r->n_prompt, "completion_tokens", r->generated, "total_tokens",
+                   (int)r->n_prompt + r->generated);
+}
+
+/* (L) Appends "data: JSON\n\n" (ev consumed; NULL appends nothing) to the
+ * stream's pending bytes; false when out of memory. */
+static bool put_event(srv_req_t *r, json_t *ev) {
+  char *d = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+  json_decref(ev);
+  if (!d) return false;
+  size_t dl = strlen(d);
+  char *o = realloc(r->out, r->out_len + dl + 9); /* "data: " "\n\n" NUL */
+  if (o) {
+    r->out = o;
+    r->out_len += (size_t)sprintf(r->out + r->out_len, "data: %s\n\n", d);
+  }
+  free(d);
+  return o != NULL;
+}
 
 /* The stream's reader: events for the tokens so far, then [DONE]. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -209,8 +231,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
   if (r->out_off == r->out_len) {
     r->out_off = r->out_len = 0;
     /* render what is new */
-    char id[48];
-    snprintf(id, sizeof id, "cmpl-%" PRIu64, r->id);
     while (r->marks_sent < r->n_marks) {
       size_t end = r->marks[r->marks_sent];
       bool last_text = r->state == SRV_DONE && r->marks_sent == r->n_marks - 1;
@@ -218,23 +238,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       json_t *txt = json_text(r->text + r->sent, end - r->sent, last_text, &used);
       r->marks_sent++;
       r->sent += used;
-      if (!txt) break;
-      json_t *ev = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:n}]}", "id", id, "object",
-                             "text_completion", "created", (json_int_t)now_unix(), "model",
-                             r->model->name, "choices", "index", 0, "text", txt, "logprobs",
-                             "finish_reason");
-      char *d = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-      json_decref(ev);
-      if (!d) break;
-      size_t dl = strlen(d), need = r->out_len + dl + 16; /* "data: " "\n\n" NUL */
-      char *o = realloc(r->out, need);
-      if (!o) {
-        free(d);
-        break;
-      }
-      r->out = o;
-      r->out_len += (size_t)sprintf(r->out + r->out_len, "data: %s\n\n", d);
-      free(d);
+      if (!txt || !put_event(r, completion_json(r, txt, false))) break;
     }
     if (r->state == SRV_DONE && r->marks_sent == r->n_marks && !r->stream_done) {
       json_t *ev;
@@ -244,23 +248,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t used = 0;
         json_t *rest = json_text(r->text + r->sent, r->text_len - r->sent, true, &used);
         r->sent += used;
-        ev = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:s}],s:{s:i,s:i,s:i}}", "id", id,
-                       "object", "text_completion", "created", (json_int_t)now_unix(), "model",
-                       r->model->name, "choices", "index", 0, "text", rest, "logprobs",
-                       "finish_reason", r->finish ? r->finish : "stop", "usage",
-                       "prompt_tokens", (int)r->n_prompt, "completion_tokens", r->generated,
-                       "total_tokens", (int)r->n_prompt + r->generated);
+        ev = completion_json(r, rest, true);
       }
-      char *d = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-      json_decref(ev);
-      size_t dl = d ? strlen(d) : 0;
-      char *o = realloc(r->out, r->out_len + dl + 32);
+      put_event(r, ev);
+      char *o = realloc(r->out, r->out_len + 16);
       if (o) {
         r->out = o;
-        if (d) r->out_len += (size_t)sprintf(r->out + r->out_len, "data: %s\n\n", d);
         r->out_len += (size_t)sprintf(r->out + r->out_len, "data: [DONE]\n\n");
       }
-      free(d);
       r->stream_done = true;
     }
   }
@@ -301,15 +296,7 @@ static enum MHD_Result answer(srv_t *s, struct MHD_Connection *c, conn_ctx_t *cc
     status = r->error_status ? r->error_status : 500;
     j = error_json(status, NULL, NULL, r->error);
   } else {
-    char id[48];
-    snprintf(id, sizeof id, "cmpl-%" PRIu64, r->id);
-    json_t *txt = json_text(r->text ? r->text : "", r->text_len, true, NULL);
-    j = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:n,s:s}],s:{s:i,s:i,s:i}}", "id", id, "object",
-                  "text_completion", "created", (json_int_t)now_unix(), "model",
-                  r->model->name, "choices", "index", 0, "text", txt, "logprobs",
-                  "finish_reason", r->finish ? r->finish : "stop", "usage", "prompt_tokens",
-                  (int)r->n_prompt, "completion_tokens", r->generated, "total_tokens",
-                  (int)r->n_prompt + r->generated);
+    j = completion_json(r, json_text(r->text ? r->text : "", r->text_len, true, NULL), true);
   }
   pthread_mutex_unlock(&s->lock);
   if (!j) return MHD_NO;
@@ -432,7 +419,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
   if (!strcmp(url, "/metrics")) {
     if (!get) return send_error(c, cc, 405, NULL, NULL, 0, "/metrics: use GET");
     const srv_tenant_t *only = NULL;
-    if (!is_admin(s, key)) {
+    if (!srv_key_equal(s->admin_key, key)) {
       if (s->open_mode) {
         if (s->admin_key)
           return send_error(c, cc, 401, NULL, "invalid_api_key", 0,

@@ -171,7 +171,7 @@ char *srv_metrics_render(srv_t *s, const srv_tenant_t *only, size_t *len) {
   double up = srv_now() - m->t_start;
   head(&b, "tessera_device_busy_fraction", "gauge", "Share of wall time since start spent in evaluations using the device (host-observed).");
   for (int e = 0; e < s->n_entries; e++) {
-    if (s->entry_is_cpu[e]) continue;
+    if (s->cpu_mask >> e & 1) continue;
     put(&b, "tessera_device_busy_fraction{device=\"%d\",spec=\"", e);
     put_label(&b, s->entry_names[e]);
     put(&b, "\"} %.6f\n", up > 0 ? m->dev_busy_s[e] / up : 0.0);
@@ -184,7 +184,7 @@ char *srv_metrics_render(srv_t *s, const srv_tenant_t *only, size_t *len) {
   for (int k = 0; k < 4; k++) {
     head(&b, names[k], "counter", helps[k]);
     for (int e = 0; e < s->n_entries; e++) {
-      if (s->entry_is_cpu[e]) continue;
+      if (s->cpu_mask >> e & 1) continue;
       uint64_t v = m->dev[e][k];
       put(&b, "%s{device=\"%d\",spec=\"", names[k], e);
       put_label(&b, s->entry_names[e]);
@@ -199,7 +199,7 @@ char *srv_metrics_render(srv_t *s, const srv_tenant_t *only, size_t *len) {
   put(&b, "tessera_board_projected_seconds_total %.6f\n", m->board_s);
   head(&b, "tessera_device_active", "gauge", "1 if the device is offered to engines now (fixed, or an active pool device).");
   for (int e = 0; e < s->n_entries; e++) {
-    if (s->entry_is_cpu[e]) continue;
+    if (s->cpu_mask >> e & 1) continue;
     bool on = ((s->fixed_mask | s->pool_active) >> e & 1) && !(s->lost_mask >> e & 1);
     put(&b, "tessera_device_active{device=\"%d\",spec=\"", e);
     put_label(&b, s->entry_names[e]);

@@ -161,8 +161,6 @@ static void admit(srv_t *s, double now) {
   }
 }
 
-static int popcount64(uint64_t x) { return __builtin_popcountll(x); }
-
 /* (L) Samples the pool's load; adds or releases one device. */
 static void scale(srv_t *s, double now) {
   if (!s->pool_mask) {
@@ -170,7 +168,7 @@ static void scale(srv_t *s, double now) {
     return;
   }
   uint64_t usable = s->pool_mask & ~s->lost_mask;
-  int active = popcount64(s->pool_active & usable);
+  int active = __builtin_popcountll(s->pool_active & usable);
   int demand = s->n_running + s->n_waiting;
   s->load = (double)demand / ((double)(active > 0 ? active : 1) * s->opt.pool_seqs);
   double win = s->opt.pool_window_s;
@@ -303,7 +301,7 @@ static void eval_step(srv_t *s, sched_t *k, const uint64_t *want_mask, tsr_statu
         if (st) {
           /* the engine keeps its previous devices: the results are the same */
           fprintf(stderr, "tessera serve: %s/%s: devices not changed: %s\n", m->name,
-                    s->tenants[t].name, tsr_status_message(st));
+                  s->tenants[t].name, tsr_status_message(st));
           tsr_status_free(st);
         }
         m->engine_mask[t] = want_mask[idx];
@@ -318,9 +316,7 @@ static void eval_step(srv_t *s, sched_t *k, const uint64_t *want_mask, tsr_statu
 
 /* (L) Samples, appends text, ends requests. */
 static void apply_step(srv_t *s, sched_t *k, tsr_status_t *sts, double now) {
-  uint64_t cpu_mask = 0;
-  for (int e = 0; e < s->n_entries && e < 64; e++)
-    if (s->entry_is_cpu[e]) cpu_mask |= 1ull << e;
+  uint64_t cpu_mask = s->cpu_mask;
   for (int mi = 0; mi < s->n_models; mi++)
     for (int t = 0; t < s->n_tenants; t++) {
       int idx = mi * s->n_tenants + t;
@@ -377,7 +373,6 @@ static void apply_step(srv_t *s, sched_t *k, tsr_status_t *sts, double now) {
           s->m.generated_tokens[r->tenant->index]++;
           srv_class_t c = r->tenant->cls;
           if (r->generated == 1) {
-            r->t_first = now;
             srv_hist_add(&s->m.ttft[c], srv_ttft_bounds, now - r->t_arrival);
           } else {
             srv_hist_add(&s->m.itl[c], srv_itl_bounds, now - r->t_last);

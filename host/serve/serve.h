@@ -91,7 +91,7 @@ typedef struct srv_req {
   int priority;               /* the request's own (lower first) */
   bool stream, echo;
   int64_t charged;            /* tokens taken from the tenant's bucket */
-  double t_arrival, t_first, t_last; /* s */
+  double t_arrival, t_last;   /* s: arrival, last token */
   /* (L) progress */
   srv_state_t state;
   bool cancelled;             /* the client went away */
@@ -116,7 +116,6 @@ typedef struct srv_req {
   /* (L) HTTP side */
   struct MHD_Connection *conn;
   bool suspended;             /* the connection waits for news */
-  bool answered;              /* the final event or answer is queued */
 } srv_req_t;
 
 #define SRV_STATUS_SLOTS 10
@@ -174,8 +173,8 @@ struct srv {
   /* devices: context entries; fixed ones are always offered to engines,
    * pool ones when active */
   int n_entries;
-  char **entry_names;
-  bool *entry_is_cpu, *entry_in_pool;
+  const char **entry_names; /* the context's specs */
+  uint64_t cpu_mask;    /* entries that are the host */
   uint64_t fixed_mask;  /* non-cpu entries outside the pool */
   uint64_t pool_mask;   /* every pool entry */
   pthread_mutex_t lock;
@@ -204,6 +203,9 @@ bool srv_tenants_load(srv_t *s, const char *path);   /* false: message printed *
 bool srv_tenants_parse(srv_t *s, const char *text, size_t len, const char *name);
 void srv_tenants_open_mode(srv_t *s);
 srv_tenant_t *srv_tenant_by_key(srv_t *s, const char *key); /* NULL if none */
+/* Whether `given` is the key `known` (NULLs never match), in a time that
+ * does not depend on where they differ. */
+bool srv_key_equal(const char *known, const char *given);
 /* (L) Admits `cost` tokens for `t` or returns false with the seconds until
  * the quota allows it in *retry_after (and *reason set). */
 bool srv_quota_take(srv_t *s, srv_tenant_t *t, int64_t cost, int *retry_after,

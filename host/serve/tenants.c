@@ -199,16 +199,21 @@ void srv_tenants_open_mode(srv_t *s) {
   if (!s->tenants[0].name) abort();
 }
 
+bool srv_key_equal(const char *known, const char *given) {
+  if (!known || !given) return false;
+  /* every byte of the known key is compared whatever the first difference */
+  size_t lk = strlen(known), lg = strlen(given);
+  unsigned diff = (unsigned)(lk != lg);
+  for (size_t i = 0; i < lk; i++)
+    diff |= (unsigned char)known[i] ^ (unsigned char)(i < lg ? given[i] : 0);
+  return !diff;
+}
+
 srv_tenant_t *srv_tenant_by_key(srv_t *s, const char *key) {
   if (s->open_mode) return &s->tenants[0];
   if (!key) return NULL;
   for (int i = 0; i < s->n_tenants; i++) {
-    /* compare every byte whatever the first difference */
-    const char *a = s->tenants[i].key;
-    size_t la = strlen(a), lb = strlen(key);
-    unsigned diff = (unsigned)(la != lb);
-    for (size_t j = 0; j < la; j++) diff |= (unsigned char)a[j] ^ (unsigned char)(j < lb ? key[j] : 0);
-    if (!diff) return &s->tenants[i];
+    if (srv_key_equal(s->tenants[i].key, key)) return &s->tenants[i];
   }
   return NULL;
 }
