@@ -43,6 +43,7 @@
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
+#include "base/splitmix.h"
 #include "base/status.h"
 
 typedef struct fm_device {
@@ -74,10 +75,9 @@ static tsr_status_t lost_status(void) {
  * fence) against the rate. */
 static bool random_fail(const fm_device_t *dev, uint64_t fence) {
   if (dev->fail_rate <= 0) return false;
-  uint64_t z = dev->fail_seed + fence * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
+  /* the fence-th output of the stream seeded with fail_seed */
+  uint64_t st = dev->fail_seed + (fence - 1) * 0x9E3779B97F4A7C15ull;
+  uint64_t z = tsr_splitmix64(&st);
   return (double)(z >> 11) * 0x1.0p-53 < dev->fail_rate;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/splitmix.h"
 #include "cli.h"
 
 bool cli_parse_i64(const char *cmd, const char *flag, const char *s, int64_t lo,
@@ -155,12 +156,7 @@ double cli_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-uint64_t cli_splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t cli_splitmix64(uint64_t *s) { return tsr_splitmix64(s); }
 
 uint64_t cli_fnv1a_i32(uint64_t h, const int32_t *c, size_t n) {
   for (size_t i = 0; i < n; i++) {

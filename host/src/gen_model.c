@@ -32,6 +32,7 @@
 
 #include "gguf.h"
 #include "model_file.h"
+#include "base/splitmix.h"
 #include "base/status.h"
 
 static const struct {
@@ -76,12 +77,6 @@ tsr_status_t tsr_gen_preset(const char *name, tsr_gen_params_t *p) {
 
 /* ---- random weights ---- */
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 static uint64_t fnv1a64(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -277,7 +272,7 @@ static tsr_status_t write_tensor(tsr_gguf_writer_t *w, FILE *f, const gen_tensor
     size_t n = (size_t)(nr * t->cols), nbytes = 0;
     for (size_t i = 0; i < n; i++)
       xbuf[i] = t->norm ? 1.0f
-                        : ((float)(splitmix64(&s) >> 40) * 0x1p-24f * 2.0f - 1.0f) * scale;
+                        : ((float)(tsr_splitmix64(&s) >> 40) * 0x1p-24f * 2.0f - 1.0f) * scale;
     const void *src = xbuf;
     if (t->type == TSR_DTYPE_F32) {
       nbytes = n * 4;
