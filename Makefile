@@ -42,13 +42,17 @@ ifneq ($(DEPS_OK),ok)
 $(error scripts/setup-deps.sh failed: see the message above)
 endif
 
+# Open MPI (the distributed context, host/src/dist*.c).
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c)
+
 # SANFLAGS: sanitizer flags for compiling and every link (e.g.
 # SANFLAGS=-fsanitize=thread in a separate BUILD directory).
 SANFLAGS ?=
 TSR_CFLAGS := -std=c11 -g $(OPT) -Wall -Wextra -Wshadow -Wno-unused-parameter \
               -fPIC -pthread -D_GNU_SOURCE -fvisibility=hidden \
-              -I. -Ihost/include $(SANFLAGS) $(CFLAGS)
-TSR_LIBS   := -lopenblas -lm -ldl -lpthread
+              -I. -Ihost/include $(MPI_CFLAGS) $(SANFLAGS) $(CFLAGS)
+TSR_LIBS   := -lopenblas $(MPI_LIBS) -lm -ldl -lpthread
 
 LIB_SRCS := $(sort $(wildcard base/*.c compute/*.c driver/*.c driver/*/*.c host/src/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)

@@ -14,7 +14,8 @@ verilator iverilog yosys \
 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo \
 libusb-1.0-0-dev umockdev libumockdev-dev zlib1g-dev \
 libxrt-dev \
-libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev gnuplot-nox python3-prometheus-client"
+libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev gnuplot-nox python3-prometheus-client \
+openmpi-bin libopenmpi-dev"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup-deps: not a Debian system; install the equivalents of: $PKGS" >&2

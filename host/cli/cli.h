@@ -53,7 +53,11 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --no-fallback      a device failure is an error instead of a CPU fallback\n"    \
   "      --retries N        retries of a failed device command (default 1)\n"           \
   "      --device-timeout MS  watchdog per device command (default 10000)\n"            \
-  "      --quiet            no warnings on stderr\n"
+  "      --quiet            no warnings on stderr\n"                                    \
+  "      --mpi              under mpirun: layers split across the ranks (a pipeline);\n" \
+  "                         --device takes one list per rank: 'fmodel;sim'\n"          \
+  "      --mpi-split S      layers (pipeline, default) | rows (sequences per rank)\n"    \
+  "      --mpi-timeout MS   longest wait for another rank (default 60000)\n"
 
 /* The session options shared by run and plan: --precision (fp32 | int8)
  * and --attn (a pattern, tsr_attn_pattern_parse). Returns like

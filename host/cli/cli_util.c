@@ -119,6 +119,21 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
     opts->trace_path = v;
   } else if (!strcmp(a, "--quiet")) {
     opts->quiet = true;
+  } else if (!strcmp(a, "--mpi")) {
+    opts->mpi = true;
+  } else if (!strcmp(a, "--mpi-split")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    opts->mpi = true;
+    if (!strcmp(v, "layers")) opts->mpi_split = TSR_SPLIT_LAYERS;
+    else if (!strcmp(v, "rows")) opts->mpi_split = TSR_SPLIT_ROWS;
+    else {
+      fprintf(stderr, "tessera %s: --mpi-split: '%s' is not layers or rows\n", cmd, v);
+      return -1;
+    }
+  } else if (!strcmp(a, "--mpi-timeout")) {
+    if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_i64(cmd, a, v, 1, 3600000, &n))
+      return -1;
+    opts->mpi_timeout_ms = (uint32_t)n;
   } else {
     return 0;
   }

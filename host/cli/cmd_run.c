@@ -107,6 +107,12 @@ int tsr_cmd_run(int argc, char **argv) {
   int32_t *tokens = NULL;
   int rc = 1;
   tsr_status_t s = tsr_context_create(&copts, &ctx);
+  if (!s && tsr_context_rank(ctx) > 0) {
+    /* another rank of an MPI job: serve rank 0 until it is done */
+    s = tsr_context_serve_ranks(ctx);
+    rc = s ? cli_fail(cmd, s) : 0;
+    goto done;
+  }
   if (!s) s = tsr_model_load(ctx, model_path, tok_path, &model);
   tsr_model_config_t cfg = {0};
   if (!s) {

@@ -145,6 +145,23 @@ typedef struct tsr_context_options {
   bool quiet;
   /* How several devices share a batch (default TSR_SPLIT_LAYERS). */
   tsr_split_t split;
+  /* Run across the ranks of an MPI job (the program started by mpirun on
+   * every rank, each creating its context with the same options):
+   * rank 0 is the application, every other rank calls
+   * tsr_context_serve_ranks() and serves it. With `mpi_split`
+   * TSR_SPLIT_LAYERS the model's layers are split across the ranks in order
+   * (a pipeline: each rank maps the file and loads its layers only; rank 0
+   * also the embedding and the classifier) and activations pass from rank to
+   * rank; with TSR_SPLIT_ROWS every rank holds the whole model and takes a
+   * share of each batch's sequences. `devices` may give one list per rank,
+   * separated by ';' ("fmodel;sim;cpu": rank 0 fmodel, rank 1 sim, rank 2
+   * and any further cpu; a list without ';' is every rank's). Every rank
+   * must be able to open the model files at the paths rank 0 gives. */
+  bool mpi;
+  tsr_split_t mpi_split;
+  /* Longest wait for another rank, in ms (default 60000): a rank that does
+   * not answer within it is reported by number and the job is broken. */
+  uint32_t mpi_timeout_ms;
 } tsr_context_options_t;
 
 /* Fills `opts` with defaults (all threads, "cpu", fallback on). */
@@ -162,6 +179,15 @@ TSR_API void tsr_context_destroy(tsr_context_t *ctx);
  * while the context lives. */
 TSR_API int tsr_context_device_count(const tsr_context_t *ctx);
 TSR_API const char *tsr_context_device_spec(const tsr_context_t *ctx, int e);
+/* This process's rank and the number of ranks (0 and 1 without mpi). */
+TSR_API int tsr_context_rank(const tsr_context_t *ctx);
+TSR_API int tsr_context_ranks(const tsr_context_t *ctx);
+/* On ranks other than 0 of an mpi context: loads the models and runs the
+ * engines, sequences and passes rank 0 asks for, until rank 0 destroys its
+ * context; then returns TSR_OK (an error if the job broke: a rank stopped
+ * answering, a message was malformed). Returns TSR_OK at once on rank 0 and
+ * without mpi. */
+TSR_API TSR_MUST_USE tsr_status_t tsr_context_serve_ranks(tsr_context_t *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Model                                                                    */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "internal.h"
 #include "trace.h"
 
@@ -17,6 +18,7 @@ void tsr_context_options_init(tsr_context_options_t *o) {
   o->retries = 1;
   o->device_timeout_ms = 10000;
   o->offload = TSR_OFFLOAD_AUTO;
+  o->mpi_timeout_ms = 60000;
 }
 
 void tsr_ctx_warn(const tsr_context_t *ctx, const char *fmt, ...) {
@@ -148,6 +150,25 @@ tsr_status_t tsr_context_check_devices(const char *devices, int *out_count,
   return s;
 }
 
+/* The device list of MPI rank `rank`: entry `rank` of a ';'-separated
+ * list (the last for the ranks beyond it); the list itself without MPI. */
+static char *rank_devices(const char *list, int rank, bool mpi) {
+  if (!mpi) return strdup(list);
+  const char *p = list;
+  for (int r = 0; r < rank; r++) {
+    const char *semi = strchr(p, ';');
+    if (!semi) break;
+    p = semi + 1;
+  }
+  const size_t n = strcspn(p, ";");
+  char *out = strndup(p, n);
+  if (out && !*out) {
+    free(out);
+    out = strdup("cpu");
+  }
+  return out;
+}
+
 tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t **out) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "context: out_ctx is NULL");
   *out = NULL;
@@ -178,13 +199,18 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
     ctx->n_threads = n > 0 ? (int)n : 1;
   }
   if (ctx->opts.device_timeout_ms == 0) ctx->opts.device_timeout_ms = 10000;
-  ctx->devices = strdup(opts->devices && *opts->devices ? opts->devices : "cpu");
+  tsr_status_t s = tsr_dist_create(opts, &ctx->dist);
+  if (s) {
+    free(ctx);
+    return tsr_status_annotate(s, "context");
+  }
+  ctx->devices = rank_devices(opts->devices && *opts->devices ? opts->devices : "cpu",
+                              tsr_dist_rank(ctx->dist), ctx->dist != NULL);
   ctx->placement = dup_or_null(opts->placement);
   ctx->trace_path = dup_or_null(opts->trace_path);
   ctx->opts.devices = ctx->devices;
   ctx->opts.placement = ctx->placement;
   ctx->opts.trace_path = ctx->trace_path;
-  tsr_status_t s = TSR_OK;
   if (!ctx->devices || (opts->placement && !ctx->placement) ||
       (opts->trace_path && !ctx->trace_path))
     s = TSR_ERR(RESOURCE_EXHAUSTED, "context: option strings");
@@ -222,5 +248,9 @@ void tsr_context_destroy(tsr_context_t *ctx) {
   free(ctx->devices);
   free(ctx->placement);
   free(ctx->trace_path);
+  tsr_dist_destroy(ctx->dist);
   free(ctx);
 }
+
+int tsr_context_rank(const tsr_context_t *ctx) { return ctx ? tsr_dist_rank(ctx->dist) : 0; }
+int tsr_context_ranks(const tsr_context_t *ctx) { return ctx ? tsr_dist_size(ctx->dist) : 1; }

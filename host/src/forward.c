@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "offload.h"
 
 /* Rows per pass: a session's default (its prefill chunk) and an engine's. */
@@ -59,7 +60,13 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&o.attn), "attn");
   if (!o.max_batch_rows) o.max_batch_rows = default_rows;
   if (o.precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
-  return tsr_exec_create(model, &o, out);
+  TSR_RETURN_IF(tsr_exec_create(model, &o, out));
+  tsr_status_t st = tsr_dist_engine_open(*out, &o);
+  if (st) {
+    tsr_exec_destroy(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 tsr_status_t tsr_engine_create(tsr_model_t *model, const tsr_session_options_t *opts,
@@ -68,7 +75,11 @@ tsr_status_t tsr_engine_create(tsr_model_t *model, const tsr_session_options_t *
   return TSR_OK;
 }
 
-void tsr_engine_destroy(tsr_engine_t *e) { tsr_exec_destroy(e); }
+void tsr_engine_destroy(tsr_engine_t *e) {
+  if (!e) return;
+  tsr_dist_engine_close(e);
+  tsr_exec_destroy(e);
+}
 
 void tsr_engine_print_plan(const tsr_engine_t *e, FILE *f) { tsr_exec_print_plan(e, f); }
 void tsr_engine_print_stats(const tsr_engine_t *e, FILE *f) { tsr_exec_print_stats(e, f); }
@@ -90,12 +101,17 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
   pthread_mutex_lock(&e->lock);
   s->id = e->seq_ids++;
   pthread_mutex_unlock(&e->lock);
+  /* the caches of this process's layers (all, without a pipeline); none
+   * for a sequence another rank holds */
   const size_t L = (size_t)c->n_layers;
-  tsr_status_t st = TSR_OK;
-  if (e->attn.kind == TSR_ATTN_REFERENCE) {
+  const tsr_model_t *m = e->model;
+  tsr_status_t st = tsr_dist_seq_open(e, s);
+  const bool here = !st && s->rank == tsr_context_rank(m->ctx);
+  if (!here) {
+  } else if (e->attn.kind == TSR_ATTN_REFERENCE) {
     /* fp32 reference attention: the fp32 cache only */
     const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    const size_t n = L * (size_t)s->max_seq * kv_dim;
+    const size_t n = (size_t)(m->layer1 - m->layer0) * (size_t)s->max_seq * kv_dim;
     s->key_cache = calloc(n, sizeof(float));
     s->value_cache = calloc(n, sizeof(float));
     if (!s->key_cache || !s->value_cache)
@@ -110,7 +126,8 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
       st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: KV caches of %zu layers", L);
     for (size_t l = 0; !st && l < L; l++) {
       s->kv_dev[l] = -1;
-      st = tsr_attn_cache_init(&s->kv8[l], &e->attn_dims);
+      if ((int32_t)l >= m->layer0 && (int32_t)l < m->layer1)
+        st = tsr_attn_cache_init(&s->kv8[l], &e->attn_dims);
     }
     if (!st) st = tsr_exec_seq_attach(e, s);
   }
@@ -124,6 +141,7 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
 
 void tsr_seq_destroy(tsr_seq_t *s) {
   if (!s) return;
+  tsr_dist_seq_close(s->eng, s);
   if (s->kv_dev) tsr_exec_seq_detach(s->eng, s);
   for (int32_t l = 0; s->kv8 && l < s->eng->model->cfg.n_layers; l++)
     tsr_attn_cache_free(&s->kv8[l]);
@@ -138,6 +156,7 @@ void tsr_seq_destroy(tsr_seq_t *s) {
 
 void tsr_seq_reset(tsr_seq_t *s) {
   if (!s) return;
+  tsr_dist_seq_reset(s->eng, s);
   s->pos = 0;
   /* the device copies are rewritten from position 0 by the next appends */
   for (int32_t l = 0; s->kv_ok && l < s->eng->model->cfg.n_layers; l++)
@@ -147,23 +166,6 @@ void tsr_seq_reset(tsr_seq_t *s) {
 int32_t tsr_seq_pos(const tsr_seq_t *s) { return s ? s->pos : 0; }
 
 /* ---- batches ---- */
-
-typedef struct batch_entry {
-  tsr_seq_t *seq;
-  size_t tok0, n;   /* tokens [tok0, tok0 + n) of the batch's token array */
-  bool want_logits;
-  bool has_logits;  /* set by eval */
-  size_t logits_off; /* floats into the batch's logits */
-} batch_entry_t;
-
-struct tsr_batch {
-  batch_entry_t *e;
-  size_t n, cap, max_entries;
-  int32_t *tokens;
-  size_t n_tokens, tok_cap;
-  float *logits;     /* (entries wanting logits, vocab) after eval */
-  size_t logits_cap;
-};
 
 tsr_status_t tsr_batch_create(size_t max_entries, tsr_batch_t **out) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "batch: out pointer is NULL");
@@ -212,7 +214,7 @@ tsr_status_t tsr_batch_add(tsr_batch_t *b, tsr_seq_t *seq, const int32_t *tokens
                      b->n, i, tokens[i], vocab);
   if (b->n == b->cap) {
     size_t cap = b->cap ? 2 * b->cap : 16;
-    batch_entry_t *e = realloc(b->e, cap * sizeof *e);
+    tsr_batch_entry_t *e = realloc(b->e, cap * sizeof *e);
     if (!e) return TSR_ERR(RESOURCE_EXHAUSTED, "batch: %zu entries", cap);
     b->e = e;
     b->cap = cap;
@@ -226,7 +228,7 @@ tsr_status_t tsr_batch_add(tsr_batch_t *b, tsr_seq_t *seq, const int32_t *tokens
     b->tok_cap = cap;
   }
   memcpy(b->tokens + b->n_tokens, tokens, n * sizeof *tokens);
-  b->e[b->n] = (batch_entry_t){seq, b->n_tokens, n, want_logits, false, 0};
+  b->e[b->n] = (tsr_batch_entry_t){seq, b->n_tokens, n, want_logits, false, 0};
   b->n_tokens += n;
   if (out_index) *out_index = b->n;
   b->n++;
@@ -259,7 +261,8 @@ static void attn_task(void *arg, int task, int thread) {
   const tsr_pass_entry_t *pe = &a->pe[a->row_entry[r]];
   const tsr_seq_t *s = pe->seq;
   const int32_t pos = pe->pos0 + (r - pe->row0);
-  const size_t loff = (size_t)a->layer * (size_t)s->max_seq * (size_t)kv_dim;
+  const size_t loff =
+      (size_t)(a->layer - o->model->layer0) * (size_t)s->max_seq * (size_t)kv_dim;
   const float *q = o->q + (size_t)r * q_dim + (size_t)h * hs;
   float *att = o->att + (size_t)thread * (size_t)o->max_seq;
   const float scale = sqrtf((float)hs);
@@ -279,9 +282,16 @@ static void attn_task(void *arg, int task, int thread) {
   }
 }
 
-/* Evaluates one pass of R <= max_rows rows by interpreting the graph. */
-static tsr_status_t forward_pass(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_e, int32_t R,
-                                 int32_t n_logits) {
+int32_t tsr_graph_final_begin(const tsr_graph_t *g) {
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (tsr_node_is_final(&g->nodes[i])) return i;
+  return g->n_nodes;
+}
+
+/* Evaluates nodes [first, end) of one pass of R <= max_rows rows by
+ * interpreting the graph. */
+tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_e, int32_t R,
+                               int32_t n_logits, int32_t first, int32_t end) {
   int32_t *row_entry = o->row_entry;
   const tsr_model_t *m = o->model;
   const tsr_model_config_t *c = &m->cfg;
@@ -298,9 +308,11 @@ static tsr_status_t forward_pass(tsr_exec_t *o, const tsr_pass_entry_t *pe, int 
   const tsr_offload_scratch_t sc = {o->qa, o->qa_scale, o->acc};
   for (int i = 0; i < n_e; i++)
     for (int32_t r = 0; r < pe[i].n; r++) row_entry[pe[i].row0 + r] = i;
-  o->passes++;
-  o->pass_rows += (uint64_t)R;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
+  if (first == 0) {
+    o->passes++;
+    o->pass_rows += (uint64_t)R;
+  }
+  for (int32_t i = first; i < end; i++) {
     const tsr_node_t *n = &g->nodes[i];
     const bool final = tsr_node_is_final(n); /* norm + classifier: logits rows */
     if (final && !n_logits) break;
@@ -349,7 +361,8 @@ static tsr_status_t forward_pass(tsr_exec_t *o, const tsr_pass_entry_t *pe, int 
             st = tsr_exec_kv_append(o, s, n->layer, pe[e].pos0, pe[e].n, k, v);
             continue;
           }
-          const size_t loff = (size_t)n->layer * (size_t)s->max_seq * (size_t)kv_dim;
+          const size_t loff =
+              (size_t)(n->layer - m->layer0) * (size_t)s->max_seq * (size_t)kv_dim;
           memcpy(s->key_cache + loff + (size_t)pe[e].pos0 * kv_dim, k,
                  sizeof(float) * (size_t)pe[e].n * kv_dim);
           memcpy(s->value_cache + loff + (size_t)pe[e].pos0 * kv_dim, v,
@@ -392,8 +405,7 @@ static tsr_status_t forward_pass(tsr_exec_t *o, const tsr_pass_entry_t *pe, int 
   return TSR_OK;
 }
 
-/* Grows the batch's logits to hold `n` rows. */
-static tsr_status_t batch_logits_reserve(tsr_batch_t *b, size_t n, int32_t vocab) {
+tsr_status_t tsr_batch_logits_reserve(tsr_batch_t *b, size_t n, int32_t vocab) {
   size_t need = n * (size_t)vocab;
   if (need <= b->logits_cap) return TSR_OK;
   float *l = realloc(b->logits, need * sizeof(float));
@@ -403,11 +415,11 @@ static tsr_status_t batch_logits_reserve(tsr_batch_t *b, size_t n, int32_t vocab
   return TSR_OK;
 }
 
-static tsr_status_t engine_eval(tsr_exec_t *o, tsr_batch_t *b) {
+tsr_status_t tsr_batch_prepare(tsr_exec_t *o, tsr_batch_t *b) {
   const int32_t vocab = o->model->cfg.vocab_size;
   size_t want = 0;
   for (size_t i = 0; i < b->n; i++) {
-    batch_entry_t *e = &b->e[i];
+    tsr_batch_entry_t *e = &b->e[i];
     e->has_logits = false;
     if (e->seq->eng != o)
       return TSR_ERR(INVALID_ARGUMENT, "eval: entry %zu's sequence belongs to another engine", i);
@@ -416,63 +428,79 @@ static tsr_status_t engine_eval(tsr_exec_t *o, tsr_batch_t *b) {
                                    "context of %d", i, e->n, e->seq->pos, e->seq->max_seq);
     if (e->want_logits) e->logits_off = want++ * (size_t)vocab;
   }
-  TSR_RETURN_IF(batch_logits_reserve(b, want, vocab));
-  /* Passes of at most max_rows rows, entries in order; an entry longer than
-   * what is left of a pass continues in the next (entries [first, ...) with
-   * `done` tokens of the first already evaluated). */
-  tsr_pass_entry_t *pe = o->pass;
-  tsr_status_t st = TSR_OK;
-  size_t first = 0, done = 0;
-  while (!st && first < b->n) {
-    int n_e = 0;
-    int32_t R = 0, n_logits = 0;
-    for (size_t i = first; i < b->n && R < o->max_rows; i++) {
-      const batch_entry_t *e = &b->e[i];
-      const size_t skip = i == first ? done : 0, left = e->n - skip;
-      const int32_t take = (int32_t)(left < (size_t)(o->max_rows - R) ? left
-                                                                       : (size_t)(o->max_rows - R));
-      pe[n_e] = (tsr_pass_entry_t){e->seq, b->tokens + e->tok0 + skip, take, e->seq->pos, R, -1};
-      if (e->want_logits && skip + (size_t)take == e->n) {
-        pe[n_e].logit_row = n_logits;
-        o->logit_rows[n_logits++] = R + take - 1;
-      }
-      n_e++;
-      R += take;
+  return tsr_batch_logits_reserve(b, want, vocab);
+}
+
+int tsr_batch_form_pass(const tsr_batch_t *b, tsr_pass_cursor_t *c, int32_t cap,
+                        tsr_pass_entry_t *pe, int32_t *logit_rows, int32_t *out_rows,
+                        int32_t *out_logits) {
+  int n_e = 0;
+  int32_t R = 0, n_logits = 0;
+  c->pass_first = c->first;
+  for (size_t i = c->first; i < b->n && R < cap; i++) {
+    const tsr_batch_entry_t *e = &b->e[i];
+    const size_t skip = i == c->first ? c->done : 0, left = e->n - skip;
+    const int32_t take = (int32_t)(left < (size_t)(cap - R) ? left : (size_t)(cap - R));
+    pe[n_e] = (tsr_pass_entry_t){e->seq, b->tokens + e->tok0 + skip, take, e->seq->pos, R, -1};
+    if (e->want_logits && skip + (size_t)take == e->n) {
+      pe[n_e].logit_row = n_logits;
+      logit_rows[n_logits++] = R + take - 1;
     }
-    st = forward_pass(o, pe, n_e, R, n_logits);
-    if (st) {
-      st = tsr_status_annotate(st, "evaluating %d row(s) of entries %zu..%zu", R, first,
-                               first + (size_t)n_e - 1);
-      break;
-    }
-    for (int j = 0; j < n_e; j++) {
-      batch_entry_t *e = &b->e[first + (size_t)j];
-      e->seq->pos += pe[j].n;
-      if (pe[j].logit_row >= 0) {
-        memcpy(b->logits + e->logits_off, o->logits + (size_t)pe[j].logit_row * vocab,
-               sizeof(float) * (size_t)vocab);
-        e->has_logits = true;
-      }
-    }
+    n_e++;
+    R += take;
+  }
+  if (n_e) {
     /* the last entry of the pass may be partial */
-    const size_t last = first + (size_t)n_e - 1;
-    const size_t last_done = (n_e == 1 ? done : 0) + (size_t)pe[n_e - 1].n;
+    const size_t last = c->first + (size_t)n_e - 1;
+    const size_t last_done = (n_e == 1 ? c->done : 0) + (size_t)pe[n_e - 1].n;
     if (last_done == b->e[last].n) {
-      first = last + 1;
-      done = 0;
+      c->first = last + 1;
+      c->done = 0;
     } else {
-      first = last;
-      done = last_done;
+      c->first = last;
+      c->done = last_done;
     }
   }
-  return st;
+  *out_rows = R;
+  *out_logits = n_logits;
+  return n_e;
+}
+
+void tsr_batch_take_logits(tsr_batch_t *b, size_t first, const tsr_pass_entry_t *pe, int n_e,
+                           const float *logits, int32_t vocab) {
+  for (int j = 0; j < n_e; j++) {
+    tsr_batch_entry_t *e = &b->e[first + (size_t)j];
+    if (pe[j].logit_row < 0) continue;
+    memcpy(b->logits + e->logits_off, logits + (size_t)pe[j].logit_row * vocab,
+           sizeof(float) * (size_t)vocab);
+    e->has_logits = true;
+  }
+}
+
+tsr_status_t tsr_engine_eval_local(tsr_exec_t *o, tsr_batch_t *b) {
+  TSR_RETURN_IF(tsr_batch_prepare(o, b));
+  /* Passes of at most max_rows rows, entries in order; an entry longer than
+   * what is left of a pass continues in the next. */
+  tsr_pass_entry_t *pe = o->pass;
+  tsr_pass_cursor_t cur = {0};
+  int n_e;
+  int32_t R, n_logits;
+  while ((n_e = tsr_batch_form_pass(b, &cur, o->max_rows, pe, o->logit_rows, &R, &n_logits))) {
+    tsr_status_t st = tsr_forward_nodes(o, pe, n_e, R, n_logits, 0, o->graph.n_nodes);
+    if (st)
+      return tsr_status_annotate(st, "evaluating %d row(s) of entries %zu..%zu", R,
+                                 cur.pass_first, cur.pass_first + (size_t)n_e - 1);
+    for (int j = 0; j < n_e; j++) pe[j].seq->pos += pe[j].n;
+    tsr_batch_take_logits(b, cur.pass_first, pe, n_e, o->logits, o->model->cfg.vocab_size);
+  }
+  return TSR_OK;
 }
 
 tsr_status_t tsr_engine_eval(tsr_engine_t *o, tsr_batch_t *b) {
   if (!o || !b) return TSR_ERR(INVALID_ARGUMENT, "eval: NULL argument");
   if (!b->n) return TSR_ERR(INVALID_ARGUMENT, "eval: the batch is empty");
   pthread_mutex_lock(&o->lock);
-  tsr_status_t st = engine_eval(o, b);
+  tsr_status_t st = o->dist ? tsr_dist_eval(o, b) : tsr_engine_eval_local(o, b);
   pthread_mutex_unlock(&o->lock);
   return st;
 }
@@ -511,7 +539,7 @@ void tsr_session_destroy(tsr_session_t *s) {
 }
 
 int32_t tsr_session_pos(const tsr_session_t *s) { return s->seq->pos; }
-void tsr_session_reset(tsr_session_t *s) { s->seq->pos = 0; }
+void tsr_session_reset(tsr_session_t *s) { tsr_seq_reset(s->seq); }
 
 tsr_status_t tsr_session_eval(tsr_session_t *s, const int32_t *tokens, size_t n,
                               const float **out_logits) {

@@ -70,8 +70,9 @@ tsr_status_t tsr_graph_build(const tsr_model_t *m, tsr_graph_t *out) {
   builder_t b = {out, 1 + L * 16 + 2};
   out->nodes = calloc((size_t)b.cap, sizeof(tsr_node_t));
   if (!out->nodes) return TSR_ERR(RESOURCE_EXHAUSTED, "graph: %d nodes", b.cap);
-  push(&b, TSR_NODE_EMBED, -1, TSR_T_X, TSR_T_X);
-  for (int32_t l = 0; l < L; l++) {
+  /* this process's layers only (a pipeline rank), the ends on rank 0 */
+  if (m->ends) push(&b, TSR_NODE_EMBED, -1, TSR_T_X, TSR_T_X);
+  for (int32_t l = m->layer0; l < m->layer1; l++) {
     const tsr_layer_t *w = &m->layers[l];
     push(&b, TSR_NODE_RMSNORM, l, TSR_T_X, TSR_T_XB)->norm_w = w->rms_att;
     const tsr_mm_role_t qkv[3] = {TSR_MM_Q, TSR_MM_K, TSR_MM_V};
@@ -99,6 +100,7 @@ tsr_status_t tsr_graph_build(const tsr_model_t *m, tsr_graph_t *out) {
     push(&b, TSR_NODE_ADD, l, TSR_T_XB2, TSR_T_X);
   }
   /* The final norm and the classifier run on the rows that want logits. */
+  if (!m->ends) return TSR_OK;
   push(&b, TSR_NODE_RMSNORM, -1, TSR_T_X, TSR_T_XB)->norm_w = m->rms_final;
   const tsr_mm_role_t cls[1] = {TSR_MM_OUTPUT};
   const tsr_linear_t *cls_w[1] = {&m->output};

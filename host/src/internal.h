@@ -44,6 +44,7 @@ struct tsr_context {
   tsr_ctx_device_t *devs; /* (n_devs) */
   int n_devs;
   struct tsr_trace *trace; /* shared Chrome trace, or NULL */
+  struct tsr_dist *dist;   /* the MPI job (dist.h), or NULL */
 };
 
 /* Prints "tessera: warning: ..." unless the context is quiet. */
@@ -91,6 +92,12 @@ struct tsr_model {
   tsr_tokenizer_t tok;
   pthread_mutex_t quant_lock; /* guards the lazy int8 quantization */
   bool quantized;
+  /* Layers [layer0, layer1) are loaded (all but on a pipeline of MPI
+   * ranks); `ends`: the embedding and the classifier too (rank 0). The
+   * other layers' weights are neither read nor allocated. */
+  int32_t layer0, layer1;
+  bool ends;
+  uint32_t dist_id; /* its id on the other ranks (dist.c), 0 = none */
 };
 
 /* Quantizes every linear of `m` to int8 once (thread-safe). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "internal.h"
 
 static float half_to_float(uint16_t h) {
@@ -118,10 +119,13 @@ tsr_status_t tsr_model_load(tsr_context_t *ctx, const char *path, const char *to
   int32_t L = m->cfg.n_layers;
   m->layers = calloc((size_t)L, sizeof(tsr_layer_t));
   if (!m->layers) s = TSR_ERR(RESOURCE_EXHAUSTED, "model: %d layers", L);
-  if (!s) s = view_to_f32(&f->tok_embd, "token_embd", &m->tok_embd, &m->tok_embd_owned);
-  if (!s) s = vector_to_f32(m, &f->rms_final, "output_norm", &m->rms_final);
-  if (!s) s = linear_init(&m->output, &f->output, "output");
-  for (int32_t l = 0; l < L && !s; l++) {
+  tsr_dist_model_layers(ctx, L, &m->layer0, &m->layer1, &m->ends);
+  if (!s && m->ends) {
+    s = view_to_f32(&f->tok_embd, "token_embd", &m->tok_embd, &m->tok_embd_owned);
+    if (!s) s = vector_to_f32(m, &f->rms_final, "output_norm", &m->rms_final);
+    if (!s) s = linear_init(&m->output, &f->output, "output");
+  }
+  for (int32_t l = m->layer0; l < m->layer1 && !s; l++) {
     const tsr_layer_views_t *v = &f->layers[l];
     tsr_layer_t *y = &m->layers[l];
     s = vector_to_f32(m, &v->rms_att, "attn_norm", &y->rms_att);
@@ -136,6 +140,7 @@ tsr_status_t tsr_model_load(tsr_context_t *ctx, const char *path, const char *to
     if (s) s = tsr_status_annotate(s, "layer %d", l);
   }
   if (!s) s = tsr_tokenizer_init(&m->tok, &f->vocab);
+  if (!s) s = tsr_dist_model_open(m, path, tokenizer_path);
   if (s) {
     tsr_model_destroy(m);
     return tsr_status_annotate(s, "%s", path);
@@ -146,6 +151,7 @@ tsr_status_t tsr_model_load(tsr_context_t *ctx, const char *path, const char *to
 
 void tsr_model_destroy(tsr_model_t *m) {
   if (!m) return;
+  tsr_dist_model_close(m);
   if (m->layers) {
     for (int32_t l = 0; l < m->cfg.n_layers; l++) {
       tsr_layer_t *y = &m->layers[l];
@@ -181,7 +187,7 @@ tsr_status_t tsr_model_ensure_int8(tsr_model_t *m) {
   pthread_mutex_lock(&m->quant_lock);
   tsr_status_t s = TSR_OK;
   if (!m->quantized) {
-    for (int32_t l = 0; l < m->cfg.n_layers && !s; l++) {
+    for (int32_t l = m->layer0; l < m->layer1 && !s; l++) {
       tsr_layer_t *y = &m->layers[l];
       s = quantize_linear(&y->wq, "attn_q", l);
       if (!s) s = quantize_linear(&y->wk, "attn_k", l);
@@ -191,7 +197,7 @@ tsr_status_t tsr_model_ensure_int8(tsr_model_t *m) {
       if (!s) s = quantize_linear(&y->w2, "ffn_down", l);
       if (!s) s = quantize_linear(&y->w3, "ffn_up", l);
     }
-    if (!s) s = quantize_linear(&m->output, "output", -1);
+    if (!s && m->ends) s = quantize_linear(&m->output, "output", -1);
     m->quantized = s == TSR_OK;
   }
   pthread_mutex_unlock(&m->quant_lock);

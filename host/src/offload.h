@@ -108,6 +108,7 @@ struct tsr_seq {
   int *kv_dev;               /* (n_layers) device holding it, -1 = none */
   bool *kv_ok;               /* device copy complete (an append failed: false) */
   uint64_t id;               /* creation order in the engine */
+  int rank;                  /* MPI rank holding its cache (rows split), else 0 */
 };
 
 /* The cost model's view of one layer's int8 attention for one row on one
@@ -165,7 +166,59 @@ struct tsr_engine {
   int8_t *qa;
   float *qa_scale;
   int32_t *acc;
+  struct tsr_dist_engine *dist; /* its mirror on the other MPI ranks (dist.c), or NULL */
 };
+
+/* A batch (forward.c): entries over one token array, logits after eval. */
+typedef struct tsr_batch_entry {
+  tsr_seq_t *seq;
+  size_t tok0, n;    /* tokens [tok0, tok0 + n) of the batch's token array */
+  bool want_logits;
+  bool has_logits;   /* set by eval */
+  size_t logits_off; /* floats into the batch's logits */
+} tsr_batch_entry_t;
+
+struct tsr_batch {
+  tsr_batch_entry_t *e;
+  size_t n, cap, max_entries;
+  int32_t *tokens;
+  size_t n_tokens, tok_cap;
+  float *logits;     /* (entries wanting logits, vocab) after eval */
+  size_t logits_cap;
+};
+
+/* Runs graph nodes [first, end) of one pass of R rows (entries pe, the
+ * n_logits rows asking for logits listed in o->logit_rows); counts a pass
+ * when `first` is 0 (forward.c). */
+tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_e, int32_t R,
+                               int32_t n_logits, int32_t first, int32_t end);
+/* Index of the first node after the last layer (the final norm), or
+ * n_nodes if the graph has none (a pipeline rank other than 0). */
+int32_t tsr_graph_final_begin(const tsr_graph_t *g);
+/* Where the next pass of a batch starts: entry `first`, of which `done`
+ * tokens ran already; `pass_first` is the first entry of the pass formed
+ * last. */
+typedef struct tsr_pass_cursor {
+  size_t first, done, pass_first;
+} tsr_pass_cursor_t;
+/* Forms the next pass of at most `cap` rows at the cursor (entries in
+ * order; an entry longer than what is left continues in the next pass)
+ * into pe, the logits rows into logit_rows; advances the cursor. Returns
+ * the entries of the pass, 0 when the batch is done. */
+int tsr_batch_form_pass(const tsr_batch_t *b, tsr_pass_cursor_t *c, int32_t cap,
+                        tsr_pass_entry_t *pe, int32_t *logit_rows, int32_t *out_rows,
+                        int32_t *out_logits);
+/* Copies the logits rows of a pass (entries from batch entry `first`) into
+ * the batch. */
+void tsr_batch_take_logits(tsr_batch_t *b, size_t first, const tsr_pass_entry_t *pe, int n_e,
+                           const float *logits, int32_t vocab);
+/* Evaluates a batch on this process only (forward.c); engine lock held. */
+tsr_status_t tsr_engine_eval_local(tsr_exec_t *o, tsr_batch_t *b);
+/* Grows the batch's logits to hold `n` rows of `vocab`. */
+tsr_status_t tsr_batch_logits_reserve(tsr_batch_t *b, size_t n, int32_t vocab);
+/* Checks a batch against the engine (its sequences, their room) and lays
+ * out its logits (logits_off, has_logits cleared). */
+tsr_status_t tsr_batch_prepare(tsr_exec_t *o, tsr_batch_t *b);
 
 /* `opts` as for tsr_engine_create. */
 tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *opts,

@@ -137,9 +137,12 @@ static const tsr_attn_cost_t *attn_cost(tsr_exec_t *o, int e) {
 /* Which entry of the device list owns `layer` under --split layers (-1:
  * the classifier, which goes with the last layer). */
 static int layer_entry(const tsr_exec_t *o, int32_t layer) {
-  const int32_t L = o->model->cfg.n_layers;
-  if (layer < 0) layer = L - 1;
-  return (int)((int64_t)layer * o->n_devs / L);
+  /* the layers this process holds (a pipeline rank holds a range) */
+  const tsr_model_t *m = o->model;
+  const int32_t L = m->layer1 - m->layer0;
+  if (L <= 0) return 0;
+  if (layer < 0) layer = m->layer1 - 1;
+  return (int)((int64_t)(layer - m->layer0) * o->n_devs / L);
 }
 
 /* Launch and transfers of a group on one device as the executor issues
@@ -269,7 +272,6 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
   }
   const bool rows_split = o->split == TSR_SPLIT_ROWS;
   const bool attn8 = o->attn.kind != TSR_ATTN_REFERENCE;
-  const int32_t L = o->model->cfg.n_layers;
   /* Memory budget per device: what is left after staging and room for the
    * KV caches of a few sequences in every layer it may run attention for. */
   const uint64_t kv_seq = attn8 ? tsr_attn_kv_bytes(&o->attn_dims) : 0;
@@ -277,8 +279,9 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
     const tsr_exec_dev_t *d = &o->devs[e];
     if (!d->rs.usable) continue;
     uint64_t mem = d->sub ? d->window.size : d->cd->caps.mem_size, need = staging_bytes(d);
-    int32_t layers = rows_split ? L : 0;
-    for (int32_t l = 0; !rows_split && l < L; l++) layers += layer_entry(o, l) == e;
+    const tsr_model_t *m = o->model;
+    int32_t layers = rows_split ? m->layer1 - m->layer0 : 0;
+    for (int32_t l = m->layer0; !rows_split && l < m->layer1; l++) layers += layer_entry(o, l) == e;
     need += kv_seq * (uint64_t)layers * TSR_PLAN_KV_RESERVE_SEQS;
     budget[e] = mem > need ? mem - need : 0;
   }

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "dist.h"
 #include "offload.h"
 
 static const char *place_name(const tsr_exec_t *o, const tsr_place_t *pc, char *buf,
@@ -240,7 +241,7 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
   if (a->calls) {
     char pat[96];
     tsr_attn_pattern_format(&o->attn, pat, sizeof pat);
-    const double tokens = (double)a->rows / (double)o->model->cfg.n_layers;
+    const double tokens = (double)a->rows / (double)(o->model->layer1 - o->model->layer0);
     fprintf(f, "attention %s: %" PRIu64 " of %" PRIu64 " causal block pairs computed "
                "(density %.1f%%), %" PRIu64 " skipped; KV read %" PRIu64 " B = %.0f B per "
                "token (all layers), %.0f per token and layer\n",
@@ -285,4 +286,5 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
              PRIu64 " fallbacks, %" PRIu64 " retries\n",
           t.cpu_s * 1e3, t.device_projected_s * 1e3, t.device_cycles, t.bytes_to_device,
           t.bytes_from_device, t.weight_bytes, t.fallbacks, t.retries);
+  tsr_dist_print_stats(o, f);
 }
