@@ -18,7 +18,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 20
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -g -O1 -Wall -Wextra -Wshadow -Wno-unused-parameter -pthread \
-                -D_GNU_SOURCE -I. -Ihost/include $(FUZZ_SAN)
+                -D_GNU_SOURCE -I. -Ihost/include $(MPI_CFLAGS) $(FUZZ_SAN)
 
 # The library (as LIB_SRCS, with the OpenCL kernel text that
 # kernels/kernels.mk generates) and the emulated board's firmware.
