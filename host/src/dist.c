@@ -46,8 +46,7 @@ struct tsr_dist_engine {
   tsr_dist_buf_t *outs;   /* (size) */
   tsr_dist_send_t *snds;  /* (size) */
   tsr_batch_t *local;
-  uint8_t *scratch;       /* (size) payload under construction */
-  size_t scratch_cap;
+  tsr_dist_buf_t scratch; /* a payload under construction */
   uint64_t tokens;        /* tokens evaluated */
 };
 
@@ -128,7 +127,7 @@ static void engine_free(struct tsr_dist_engine *de, int size) {
   free(de->outs);
   free(de->snds);
   tsr_batch_destroy(de->local);
-  free(de->scratch);
+  tsr_dist_buf_free(&de->scratch);
   tsr_dist_buf_free(&de->in);
   free(de);
 }
@@ -210,24 +209,15 @@ void tsr_dist_seq_reset(tsr_exec_t *o, tsr_seq_t *s) {
   seq_message(o, s, TSR_DIST_SEQ_RESET, "a sequence to reset");
 }
 
-static tsr_status_t scratch_reserve(struct tsr_dist_engine *de, size_t n) {
-  if (n <= de->scratch_cap) return TSR_OK;
-  uint8_t *p = realloc(de->scratch, n);
-  if (!p) return TSR_ERR(RESOURCE_EXHAUSTED, "mpi: a payload of %zu bytes", n);
-  de->scratch = p;
-  de->scratch_cap = n;
-  return TSR_OK;
-}
-
 /* PASS payload: the entries, then rows x dim floats. */
 static tsr_status_t pass_payload(struct tsr_dist_engine *de, const tsr_pass_entry_t *pe, int n_e,
                                  int32_t R, const float *x, int32_t dim, size_t *len) {
   const size_t le = sizeof(tsr_dist_entry_t) * (size_t)n_e, lx = sizeof(float) * (size_t)R * dim;
-  TSR_RETURN_IF(scratch_reserve(de, le + lx));
-  tsr_dist_entry_t *ent = (tsr_dist_entry_t *)de->scratch;
+  TSR_RETURN_IF(tsr_dist_buf_reserve(&de->scratch, le + lx));
+  tsr_dist_entry_t *ent = (tsr_dist_entry_t *)de->scratch.p;
   for (int j = 0; j < n_e; j++)
     ent[j] = (tsr_dist_entry_t){pe[j].seq->id, pe[j].n, pe[j].pos0, pe[j].row0, 0};
-  memcpy(de->scratch + le, x, lx);
+  memcpy((uint8_t *)de->scratch.p + le, x, lx);
   *len = le + lx;
   return TSR_OK;
 }
@@ -265,7 +255,7 @@ static tsr_status_t pipe_eval(tsr_exec_t *o, tsr_batch_t *b) {
                                 .rows = (uint32_t)sl->R};
       st = pass_payload(de, sl->pe, sl->n_e, sl->R, o->x, dim, &len);
       if (!st)
-        st = tsr_dist_send_start(d, 1, TSR_DIST_TAG_DOWN, &h, de->scratch, len, true, &sl->out,
+        st = tsr_dist_send_start(d, 1, TSR_DIST_TAG_DOWN, &h, de->scratch.p, len, true, &sl->out,
                                  &sl->snd);
       if (st) break;
       de->tokens += (uint64_t)sl->R;
@@ -320,10 +310,10 @@ static tsr_status_t rows_eval(tsr_exec_t *o, tsr_batch_t *b) {
       }
     if (!n_e) continue;
     const size_t len = sizeof(tsr_dist_entry_t) * n_e + sizeof(int32_t) * n_tok;
-    st = scratch_reserve(de, len);
+    st = tsr_dist_buf_reserve(&de->scratch, len);
     if (st) break;
-    tsr_dist_entry_t *ent = (tsr_dist_entry_t *)de->scratch;
-    int32_t *tok = (int32_t *)(de->scratch + sizeof(tsr_dist_entry_t) * n_e);
+    tsr_dist_entry_t *ent = (tsr_dist_entry_t *)de->scratch.p;
+    int32_t *tok = (int32_t *)((uint8_t *)de->scratch.p + sizeof(tsr_dist_entry_t) * n_e);
     uint32_t j = 0, t = 0;
     for (size_t i = 0; i < b->n; i++) {
       const tsr_batch_entry_t *e = &b->e[i];
@@ -334,7 +324,7 @@ static tsr_status_t rows_eval(tsr_exec_t *o, tsr_batch_t *b) {
       t += (uint32_t)e->n;
     }
     const tsr_dist_hdr_t h = {.op = TSR_DIST_EVAL, .id = de->id, .n = n_e, .rows = n_tok};
-    st = tsr_dist_send_start(d, k, TSR_DIST_TAG_DOWN, &h, de->scratch, len, true, &de->outs[k],
+    st = tsr_dist_send_start(d, k, TSR_DIST_TAG_DOWN, &h, de->scratch.p, len, true, &de->outs[k],
                              &de->snds[k]);
   }
   /* rank 0's share, while the others compute theirs */
@@ -487,8 +477,7 @@ typedef struct worker {
   tsr_dist_send_t snd[2];
   int turn;
   tsr_batch_t *batch;
-  uint8_t *scratch;
-  size_t scratch_cap;
+  tsr_dist_buf_t scratch; /* a payload under construction */
 } worker_t;
 
 static w_engine_t *find_engine(worker_t *w, uint32_t id) {
@@ -641,18 +630,13 @@ static tsr_status_t w_pass(worker_t *w, const tsr_dist_hdr_t *h, const uint8_t *
   tsr_dist_buf_t *out = &w->out[w->turn];
   w->turn ^= 1;
   TSR_RETURN_IF(tsr_dist_send_wait(w->d, snd, "a micro-batch"));
-  if (n > w->scratch_cap) {
-    uint8_t *s = realloc(w->scratch, n);
-    if (!s) return TSR_ERR(RESOURCE_EXHAUSTED, "mpi: %zu bytes", n);
-    w->scratch = s;
-    w->scratch_cap = n;
-  }
-  memcpy(w->scratch, p, le);
-  memcpy(w->scratch + le, o->x, lx);
+  TSR_RETURN_IF(tsr_dist_buf_reserve(&w->scratch, n));
+  memcpy(w->scratch.p, p, le);
+  memcpy((uint8_t *)w->scratch.p + le, o->x, lx);
   const int dest = w->down >= 0 ? w->down : 0;
   const int tag = w->down >= 0 ? TSR_DIST_TAG_DOWN
                                : TSR_DIST_TAG_ENGINE + (int)(h->id % TSR_DIST_TAG_SPAN);
-  return tsr_dist_send_start(w->d, dest, tag, h, w->scratch, n, true, out, snd);
+  return tsr_dist_send_start(w->d, dest, tag, h, w->scratch.p, n, true, out, snd);
 }
 
 static tsr_status_t w_eval(worker_t *w, const tsr_dist_hdr_t *h, const uint8_t *p, size_t n) {
@@ -679,19 +663,14 @@ static tsr_status_t w_eval(worker_t *w, const tsr_dist_hdr_t *h, const uint8_t *
   tsr_dist_fault_point(w->d);
   const int32_t vocab = o->model->cfg.vocab_size;
   const size_t ll = sizeof(float) * (size_t)want * vocab;
-  if (ll > w->scratch_cap) {
-    uint8_t *s = realloc(w->scratch, ll);
-    if (!s) return TSR_ERR(RESOURCE_EXHAUSTED, "mpi: %zu bytes", ll);
-    w->scratch = s;
-    w->scratch_cap = ll;
-  }
+  TSR_RETURN_IF(tsr_dist_buf_reserve(&w->scratch, ll));
   for (uint32_t j = 0, r = 0; j < h->n; j++)
     if (ent[j].want_logits)
-      memcpy(w->scratch + sizeof(float) * (size_t)(r++) * vocab, tsr_batch_logits(w->batch, j),
+      memcpy((uint8_t *)w->scratch.p + sizeof(float) * (size_t)(r++) * vocab, tsr_batch_logits(w->batch, j),
              sizeof(float) * (size_t)vocab);
   const tsr_dist_hdr_t a = {.op = TSR_DIST_LOGITS, .id = h->id, .rows = want};
   return tsr_dist_send(w->d, 0, TSR_DIST_TAG_ENGINE + (int)(h->id % TSR_DIST_TAG_SPAN), &a,
-                       w->scratch, ll, true, "logits");
+                       w->scratch.p, ll, true, "logits");
 }
 
 static tsr_status_t w_ack(worker_t *w, const tsr_dist_hdr_t *h) {
@@ -772,6 +751,6 @@ tsr_status_t tsr_context_serve_ranks(tsr_context_t *ctx) {
     free(w.snd[i].req);
   }
   tsr_dist_buf_free(&w.in);
-  free(w.scratch);
+  tsr_dist_buf_free(&w.scratch);
   return st;
 }
