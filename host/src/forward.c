@@ -107,8 +107,7 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
   const tsr_model_t *m = e->model;
   tsr_status_t st = tsr_dist_seq_open(e, s);
   const bool here = !st && s->rank == tsr_context_rank(m->ctx);
-  if (!here) {
-  } else if (e->attn.kind == TSR_ATTN_REFERENCE) {
+  if (here && e->attn.kind == TSR_ATTN_REFERENCE) {
     /* fp32 reference attention: the fp32 cache only */
     const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     const size_t n = (size_t)(m->layer1 - m->layer0) * (size_t)s->max_seq * kv_dim;
@@ -116,7 +115,7 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
     s->value_cache = calloc(n, sizeof(float));
     if (!s->key_cache || !s->value_cache)
       st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: KV cache of %zu floats", 2 * n);
-  } else {
+  } else if (here) {
     /* int8 attention: the int8 cache (and its device copies) only */
     s->kv8 = calloc(L, sizeof *s->kv8);
     s->kv_buf = calloc(L, sizeof *s->kv_buf);
