@@ -54,7 +54,8 @@ static void usage(FILE *f) {
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
           "                         (serve: fixed devices every engine may use; --offload\n"
-          "                         defaults to all; several entries share rows)\n"
+          "                         defaults to all; several entries share rows; with --mpi\n"
+          "                         rank 0 serves HTTP and the other ranks work behind it)\n"
           "  -h, --help             this text\n",
           CLI_DEVICE_HELP);
 }
@@ -315,9 +316,25 @@ int tsr_cmd_serve(int argc, char **argv) {
   copts.devices = devices;
   copts.split = TSR_SPLIT_ROWS; /* every entry takes a share of each batch */
   copts.n_threads = (int)threads;
+  if (copts.mpi && pool) {
+    fprintf(stderr, "tessera serve: --pool: not with --mpi (each rank's devices are its "
+                    "--device list)\n");
+    goto done;
+  }
   tsr_status_t st = tsr_context_create(&copts, &s->ctx);
   if (st) {
     rc = cli_fail(cmd, st);
+    goto done;
+  }
+  if (tsr_context_rank(s->ctx) > 0) {
+    /* another rank of an MPI job: a worker behind rank 0's HTTP front end.
+     * A SIGINT or SIGTERM sent to the job reaches every rank: this one
+     * ignores it, rank 0 drains its requests (which need this rank) and
+     * then ends the job. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    st = tsr_context_serve_ranks(s->ctx);
+    rc = st ? cli_fail(cmd, st) : 0;
     goto done;
   }
   if (!context_entries(s, tsr_context_device_count(s->ctx) - pool_entries)) goto done;

@@ -6,6 +6,9 @@
 #   - several sequences at once (repeated -p: one batch, micro-batches in
 #     the pipeline, sequences spread over the ranks in the rows split): each
 #     sequence's text is its text alone;
+#   - `tessera serve --mpi` (pipeline, 2 ranks) and `--mpi-split rows` (3
+#     ranks) under concurrent clients: every answer equals `tessera run`;
+#     SIGTERM to rank 0 drains it and ends the job with exit 0;
 #   - a rank that stops answering or is killed makes rank 0 fail with the
 #     rank named within the timeout.
 BUILD=${1:-build}
@@ -55,6 +58,40 @@ check() {
 check stories260K "$stories" Once
 check stories260K "$stories" Once The Lily Tom Sam
 check generated "$gen" Once The Lily
+
+# the server: rank 0 serves HTTP, the others work behind it
+for case in "2 --mpi" "3 --mpi-split rows"; do
+  np=${case%% *}; opt=${case#* }
+  rm -f "$out/port"
+  $MPIRUN -np $np "$T" serve $opt -m "stories=$M/stories260K.bin,$M/tok512.bin" --port 0 \
+      --port-file "$out/port" --quiet > "$out/serve.log" 2>&1 &
+  MP=$!
+  i=0
+  while [ ! -s "$out/port" ] && [ $i -lt 300 ] && kill -0 $MP 2>/dev/null; do i=$((i + 1)); sleep 0.1; done
+  if [ ! -s "$out/port" ]; then
+    echo "FAIL serve -np $np $opt did not start"; tail -5 "$out/serve.log"; kill -KILL $MP; fail=1; continue
+  fi
+  timeout 120 "$T" loadgen --url "http://127.0.0.1:$(cat "$out/port")" --model stories --clients 4 \
+      --requests 12 --max-tokens 16,40 --prompt Once --prompt "The cat" \
+      --check-run "$stories --precision int8" > "$out/lg.txt" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "12 answers equal" "$out/lg.txt"; then
+    echo "ok   serve -np $np $opt: 12 concurrent answers equal tessera run"
+  else echo "FAIL serve -np $np $opt: loadgen exit $rc"; tail -3 "$out/lg.txt"; fail=1; fi
+  # SIGTERM to rank 0 (a signal to mpirun ends the job at once instead)
+  R0=
+  for d in /proc/[0-9]*; do
+    grep -q "^PPid:[[:space:]]*$MP\$" "$d/status" 2>/dev/null || continue
+    tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=0$' && R0=${d#/proc/}
+  done
+  [ -n "$R0" ] && kill -TERM "$R0"
+  timeout 60 sh -c "while kill -0 $MP 2>/dev/null; do sleep 0.1; done"
+  wait $MP
+  rc=$?
+  if [ -n "$R0" ] && [ $rc -eq 0 ]; then echo "ok   serve -np $np $opt: SIGTERM to rank 0, job exit 0"
+  else echo "FAIL serve -np $np $opt: after SIGTERM to rank 0 ($R0) the job exited $rc"
+    tail -5 "$out/serve.log"; kill -KILL $MP 2>/dev/null; fail=1; fi
+done
 
 # a rank that hangs: rank 0 names the rank and exits non-zero within the timeout
 TSR_MPI_FAULT=rank=1,after=5,mode=hang timeout 60 $MPIRUN -np 2 "$T" run $stories -p Once --mpi \
