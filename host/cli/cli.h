@@ -84,6 +84,31 @@ uint64_t cli_splitmix64(uint64_t *s);
 #define CLI_FNV1A_BASIS 0xcbf29ce484222325ull
 uint64_t cli_fnv1a_i32(uint64_t h, const int32_t *c, size_t n);
 
+/* Shared by the benchmarks (cmd_bench.c, cmd_bench_mpi.c). */
+double cli_median(double *v, int n); /* sorts v */
+int32_t cli_argmax(const float *v, int32_t n);
+/* The generated model of `preset` in `dir` (f32, seed 1), written on first
+ * use into `path`. */
+tsr_status_t cli_bench_model_path(const char *dir, const char *preset, bool quiet, char *path,
+                                  size_t cap);
+/* Prefills each of the n sequences with its own n_prompt tokens, all in
+ * one batch on `eng`, and leaves each one's greedy next token in toks[i]. */
+tsr_status_t cli_bench_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n, tsr_batch_t *b,
+                               int32_t n_prompt, int32_t vocab, int32_t *toks);
+/* `tessera bench --mpi` (cmd_bench_mpi.c): under mpirun, tokens/s of the
+ * model across the ranks of `copts` measured here, and projected onto a
+ * network of `gbit` Gbit/s and `lat_us` per message. Returns the exit code. */
+typedef struct cli_bench_mpi {
+  const tsr_context_options_t *copts;
+  const char *models, *dir;
+  const int32_t *batches;
+  int n_batches, reps;
+  int32_t n_prompt, n_decode;
+  double gbit, lat_us;
+  bool json;
+} cli_bench_mpi_t;
+int cli_bench_mpi(const cli_bench_mpi_t *o);
+
 /* Prints "tessera CMD: <status message>" and frees the status; returns 1. */
 int cli_fail(const char *cmd, tsr_status_t s);
 

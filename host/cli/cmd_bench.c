@@ -48,6 +48,14 @@ static void usage(FILE *f) {
           "                   at batch 1, N/B at batch B, at least 4 (default 24)\n"
           "  --auto           with --batch: also the partitioner's own choice (auto policy;\n"
           "                   one more engine per model)\n"
+          "  --mpi            under mpirun: the model across the ranks (int8), measured\n"
+          "                   here and projected onto --network; --batch sizes (default\n"
+          "                   1,8), --prompt tokens per sequence (default 64), --decode\n"
+          "                   steps (default 16), --reps (default 3); models default to\n"
+          "                   stories110M,large. With --mpi-split rows|layers,\n"
+          "                   --mpi-timeout MS and --device (one list per rank, ';')\n"
+          "  --network G,US   the network of the projection: G Gbit/s, US microseconds\n"
+          "                   per message (default 25,10: 25 GbE)\n"
           "  --json           print JSON instead of a table\n"
           "  -h, --help       this text\n");
 }
@@ -57,7 +65,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double cli_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(double), cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -70,8 +78,7 @@ static double params_millions(const tsr_model_config_t *c) {
           (c->shared_classifier ? 1 : 2) * (double)c->vocab_size * d) / 1e6;
 }
 
-/* The generated model of `preset` in `dir`, written on first use. */
-static tsr_status_t bench_model_path(const char *dir, const char *preset, bool quiet,
+tsr_status_t cli_bench_model_path(const char *dir, const char *preset, bool quiet,
                                      char *path, size_t cap) {
   tsr_gen_params_t p;
   TSR_RETURN_IF(tsr_gen_preset(preset, &p));
@@ -232,8 +239,8 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
       dec[rep] = n_decode / (t2 - t1);
     }
     if (!s) {
-      r->prefill_tps[prec] = median(pre, reps);
-      r->decode_tps[prec] = median(dec, reps);
+      r->prefill_tps[prec] = cli_median(pre, reps);
+      r->decode_tps[prec] = cli_median(dec, reps);
     }
     tsr_session_destroy(sess);
   }
@@ -333,16 +340,14 @@ static int32_t batch_steps(int32_t decode, int32_t B, int32_t min_steps) {
   return s < min_steps ? min_steps : s;
 }
 
-static int32_t argmax(const float *v, int32_t n) {
+int32_t cli_argmax(const float *v, int32_t n) {
   int32_t best = 0;
   for (int32_t i = 1; i < n; i++)
     if (v[i] > v[best]) best = i;
   return best;
 }
 
-/* Prefills each of the n sequences with its own n_prompt tokens, all in
- * one batch, and leaves each one's greedy next token in toks[i]. */
-static tsr_status_t batch_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n,
+tsr_status_t cli_bench_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n,
                                   tsr_batch_t *b, int32_t n_prompt, int32_t vocab,
                                   int32_t *toks) {
   int32_t *pr = malloc(sizeof(int32_t) * (size_t)n_prompt);
@@ -356,7 +361,7 @@ static tsr_status_t batch_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n
   }
   free(pr);
   if (!s) s = tsr_engine_eval(eng, b);
-  for (int32_t i = 0; i < n && !s; i++) toks[i] = argmax(tsr_batch_logits(b, (size_t)i), vocab);
+  for (int32_t i = 0; i < n && !s; i++) toks[i] = cli_argmax(tsr_batch_logits(b, (size_t)i), vocab);
   return s;
 }
 
@@ -376,7 +381,7 @@ static tsr_status_t batch_decode(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t B,
     for (int32_t i = 0; i < B && !s; i++) s = tsr_batch_add(b, seqs[i], &toks[i], 1, true, NULL);
     if (!s) s = tsr_engine_eval(eng, b);
     for (int32_t i = 0; i < B && !s; i++)
-      toks[i] = argmax(tsr_batch_logits(b, (size_t)i), vocab);
+      toks[i] = cli_argmax(tsr_batch_logits(b, (size_t)i), vocab);
   }
   *out_s = cli_now_s() - t0;
   tsr_engine_get_stats(eng, st1);
@@ -439,7 +444,7 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
   }
   for (int32_t i = 0; i < max_b && !s; i++) s = tsr_seq_create(eng, &seqs[i]);
   if (!s) s = tsr_batch_create(0, &b);
-  if (!s) s = batch_prefill(eng, seqs, max_b, b, n_prompt, c.vocab_size, toks);
+  if (!s) s = cli_bench_prefill(eng, seqs, max_b, b, n_prompt, c.vocab_size, toks);
   for (int i = 0; i < r->n_rows && !s; i++) {
     batch_row_t *row = &r->rows[i];
     const int32_t B = row->batch, steps = row->steps;
@@ -450,7 +455,7 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
     }
     if (s) break;
     if (kind == RUN_CPU) {
-      row->cpu_tps = median(t, reps);
+      row->cpu_tps = cli_median(t, reps);
       continue;
     }
     const double host = st1.cpu_s - st0.cpu_s;
@@ -622,7 +627,7 @@ static int bench_batch(const int32_t *batches, int n_batches, const char *models
       break;
     }
     char path[1024];
-    s = bench_model_path(dir, tok, json, path, sizeof path);
+    s = cli_bench_model_path(dir, tok, json, path, sizeof path);
     if (s) break;
     batch_result_t *r = &res[n_res];
     memset(r, 0, sizeof *r);
@@ -660,9 +665,30 @@ int tsr_cmd_bench(int argc, char **argv) {
   int64_t reps = 5, n_prompt = 128, n_decode = 64, threads = 0;
   int32_t batches[BATCH_MAX_SIZES];
   int n_batches = 0;
+  bool reps_set = false, device_set = false;
+  double gbit = 25, lat_us = 10;
+  tsr_context_options_t mco;
+  tsr_context_options_init(&mco);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    if (!strncmp(a, "--mpi", 5) || !strcmp(a, "--device")) {
+      device_set |= !strcmp(a, "--device");
+      if (cli_device_option(cmd, argc, argv, &i, &mco) != 1) {
+        if (strcmp(a, "--mpi") && strcmp(a, "--mpi-split") && strcmp(a, "--mpi-timeout") &&
+            strcmp(a, "--device"))
+          fprintf(stderr, "tessera bench: unknown option '%s' (see --help)\n", a);
+        return 2;
+      }
+    } else if (!strcmp(a, "--network")) {
+      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+      char extra;
+      if (sscanf(v, "%lf,%lf%c", &gbit, &lat_us, &extra) != 2 || !(gbit > 0) || gbit > 1e5 ||
+          !(lat_us >= 0) || lat_us > 1e7) {
+        fprintf(stderr, "tessera bench: --network: '%s' is not GBIT,LATENCY_US (e.g. 25,10; "
+                        "Gbit/s > 0, latency >= 0)\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--json")) {
@@ -690,6 +716,7 @@ int tsr_cmd_bench(int argc, char **argv) {
     } else if (!strcmp(a, "--reps")) {
       if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 1, 1000, &reps))
         return 2;
+      reps_set = true;
     } else if (!strcmp(a, "--prompt")) {
       if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_i64(cmd, a, v, 1, 1 << 16, &n_prompt))
         return 2;
@@ -705,6 +732,33 @@ int tsr_cmd_bench(int argc, char **argv) {
       fprintf(stderr, "tessera bench: unknown option '%s' (see --help)\n", a);
       return 2;
     }
+  }
+  if (mco.mpi) {
+    if (only_kernels || with_auto) {
+      fprintf(stderr, "tessera bench: --mpi measures models: not with --%s\n",
+              only_kernels ? "kernels" : "auto");
+      return 2;
+    }
+    static const int32_t default_batches[] = {1, 8};
+    cli_bench_mpi_t mo = {
+        .copts = &mco,
+        .models = models_set ? models : "stories110M,large",
+        .dir = dir,
+        .batches = n_batches ? batches : default_batches,
+        .n_batches = n_batches ? n_batches : 2,
+        .reps = reps_set ? (int)reps : 3,
+        .n_prompt = prompt_set ? (int32_t)n_prompt : 64,
+        .n_decode = decode_set ? (int32_t)n_decode : 16,
+        .gbit = gbit,
+        .lat_us = lat_us,
+        .json = json,
+    };
+    mco.n_threads = (int)threads;
+    return cli_bench_mpi(&mo);
+  }
+  if (device_set) {
+    fprintf(stderr, "tessera bench: --device goes with --mpi (see --offload-device)\n");
+    return 2;
   }
   if (n_batches) {
     if (only_kernels) {
@@ -754,7 +808,7 @@ int tsr_cmd_bench(int argc, char **argv) {
     mkdir(dir, 0755);
     for (char *tok = strtok(list, ","); tok && n_res < 8 && !s; tok = strtok(NULL, ",")) {
       char path[1024];
-      s = bench_model_path(dir, tok, json, path, sizeof path);
+      s = cli_bench_model_path(dir, tok, json, path, sizeof path);
       if (s) break;
       model_result_t *r = &res[n_res];
       memset(r, 0, sizeof *r);

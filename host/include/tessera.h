@@ -189,6 +189,26 @@ TSR_API int tsr_context_ranks(const tsr_context_t *ctx);
  * without mpi. */
 TSR_API TSR_MUST_USE tsr_status_t tsr_context_serve_ranks(tsr_context_t *ctx);
 
+/* What one rank of an mpi context did since its context was created. */
+typedef struct tsr_rank_stats {
+  int32_t rank;
+  int32_t layer0, layer1;  /* its layers [layer0, layer1) of the last model
+                              loaded (a pipeline; all of them with rows)   */
+  int32_t ends;            /* it holds the embedding and the classifier   */
+  uint64_t msgs_sent, msgs_recv;
+  uint64_t bytes_sent, bytes_recv; /* every message, headers included     */
+  uint64_t act_bytes_sent; /* activations, tokens and logits only         */
+  uint64_t passes;         /* micro-batches or batch shares it computed    */
+  double wait_s;           /* blocked on a message or a send to complete   */
+  double busy_s;           /* computing passes                             */
+  char devices[128];       /* its device list                              */
+} tsr_rank_stats_t;
+
+/* Rank 0 of an mpi context: out[r] for every rank r < tsr_context_ranks()
+ * (asked of each rank, with the timeout). Without mpi: INVALID_ARGUMENT. */
+TSR_API TSR_MUST_USE tsr_status_t tsr_context_rank_stats(tsr_context_t *ctx,
+                                                         tsr_rank_stats_t *out);
+
 /* ------------------------------------------------------------------------ */
 /* Model                                                                    */
 /* ------------------------------------------------------------------------ */

@@ -385,7 +385,7 @@ tsr_status_t tsr_dist_eval(tsr_exec_t *o, tsr_batch_t *b) {
   return pipeline(d) ? pipe_eval(o, b) : rows_eval(o, b);
 }
 
-tsr_status_t tsr_dist_gather(const tsr_context_t *ctx, tsr_dist_rank_stats_t *out) {
+tsr_status_t tsr_dist_gather(const tsr_context_t *ctx, tsr_rank_stats_t *out) {
   tsr_dist_t *d = dist_of(ctx);
   if (!d) return TSR_ERR(INVALID_ARGUMENT, "mpi: the context is not distributed");
   tsr_dist_counters(d, &out[0]);
@@ -405,11 +405,19 @@ tsr_status_t tsr_dist_gather(const tsr_context_t *ctx, tsr_dist_rank_stats_t *ou
   return s;
 }
 
+tsr_status_t tsr_context_rank_stats(tsr_context_t *ctx, tsr_rank_stats_t *out) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "tsr_context_rank_stats: out is NULL");
+  if (!is_root(dist_of(ctx)))
+    return TSR_ERR(INVALID_ARGUMENT, "tsr_context_rank_stats: %s",
+                   dist_of(ctx) ? "only rank 0 asks the ranks" : "the context is not an mpi one");
+  return tsr_dist_gather(ctx, out);
+}
+
 void tsr_dist_print_stats(const tsr_exec_t *o, FILE *f) {
   tsr_dist_t *d = dist_of(o->ctx);
   if (!o->dist) return;
   const int size = tsr_dist_size(d);
-  tsr_dist_rank_stats_t *r = calloc((size_t)size, sizeof *r);
+  tsr_rank_stats_t *r = calloc((size_t)size, sizeof *r);
   if (!r) return;
   tsr_status_t s = tsr_dist_gather(o->ctx, r);
   if (s) {
@@ -718,7 +726,7 @@ tsr_status_t tsr_context_serve_ranks(tsr_context_t *ctx) {
       case TSR_DIST_PASS: r = w_pass(&w, &h, p, n); break;
       case TSR_DIST_EVAL: r = w_eval(&w, &h, p, n); break;
       case TSR_DIST_STATS: {
-        tsr_dist_rank_stats_t c;
+        tsr_rank_stats_t c;
         tsr_dist_counters(d, &c);
         const tsr_dist_hdr_t a = {.op = TSR_DIST_STATS};
         r = tsr_dist_send(d, 0, TSR_DIST_TAG_STATS, &a, &c, sizeof c, false, "statistics");

@@ -57,7 +57,7 @@ typedef enum tsr_dist_op {
   TSR_DIST_PASS,     /* id = engine, n = entries, rows; entries, then x     */
   TSR_DIST_EVAL,     /* id = engine, n = entries, rows = tokens; entries, tokens */
   TSR_DIST_LOGITS,   /* answer to EVAL: rows = logit rows of vocab floats   */
-  TSR_DIST_STATS,    /* request; the answer is a tsr_dist_rank_stats_t      */
+  TSR_DIST_STATS,    /* request; the answer is a tsr_rank_stats_t      */
   TSR_DIST_SHUTDOWN,
   TSR_DIST_ERROR,    /* payload: the message text                          */
 } tsr_dist_op_t;
@@ -74,19 +74,6 @@ typedef struct tsr_dist_entry {
   int32_t n, pos0, row0; /* tokens, first position, first row           */
   int32_t want_logits;   /* EVAL only                                   */
 } tsr_dist_entry_t;
-
-/* What one rank did (its own counters). */
-typedef struct tsr_dist_rank_stats {
-  int32_t rank, layer0, layer1; /* its layers [layer0, layer1) of the last model */
-  int32_t ends;                 /* holds the embedding and the classifier      */
-  uint64_t msgs_sent, msgs_recv;
-  uint64_t bytes_sent, bytes_recv;       /* every message                    */
-  uint64_t act_bytes_sent;               /* activations and logits only      */
-  uint64_t passes;                       /* PASS / EVAL messages it computed */
-  double wait_s;    /* blocked waiting for a message or a send to complete */
-  double busy_s;    /* computing passes                                    */
-  char devices[128];
-} tsr_dist_rank_stats_t;
 
 /* A growable receive buffer. */
 typedef struct tsr_dist_buf {
@@ -138,7 +125,7 @@ void tsr_dist_report(tsr_dist_t *d, tsr_status_t st);
 /* Marks the job broken with `st`'s message; returns st. */
 tsr_status_t tsr_dist_break(tsr_dist_t *d, tsr_status_t st);
 /* Counters of this rank. */
-void tsr_dist_counters(const tsr_dist_t *d, tsr_dist_rank_stats_t *out);
+void tsr_dist_counters(const tsr_dist_t *d, tsr_rank_stats_t *out);
 void tsr_dist_add_busy(tsr_dist_t *d, double s, uint64_t passes);
 /* The fault the tests inject: after this rank computed TSR_MPI_FAULT's
  * `after` passes, it exits, kills itself or stops answering. */
@@ -173,7 +160,7 @@ void tsr_dist_seq_reset(tsr_engine_t *o, tsr_seq_t *s);
 /* Rank 0: evaluates a batch across the ranks (engine lock held). */
 tsr_status_t tsr_dist_eval(tsr_engine_t *o, tsr_batch_t *b);
 /* Rank 0: every rank's counters, out[size]. */
-tsr_status_t tsr_dist_gather(const tsr_context_t *ctx, tsr_dist_rank_stats_t *out);
+tsr_status_t tsr_dist_gather(const tsr_context_t *ctx, tsr_rank_stats_t *out);
 /* Rank 0: the per-rank table of --stats. */
 void tsr_dist_print_stats(const tsr_engine_t *o, FILE *f);
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -28,7 +29,7 @@ struct tsr_dist {
   pthread_mutex_t lock; /* counters, ids, broken */
   char broken[400];
   uint32_t next_id;
-  tsr_dist_rank_stats_t c;
+  tsr_rank_stats_t c;
   /* TSR_MPI_FAULT */
   int fault_rank;
   uint64_t fault_after;
@@ -199,11 +200,21 @@ static tsr_status_t check_broken(tsr_dist_t *d) {
   return s;
 }
 
-/* Sleeps between polls: 20 us doubling to 1 ms. */
-static void backoff(unsigned *us) {
+/* Between polls of a wait that began at t0: for its first 0.5 ms only a
+ * yield of the core (a reply often comes within tens of microseconds, and
+ * a rank computing on this host gets the core), then sleeps of 20 us
+ * doubling to 200 us, and to 1 ms once the wait passed a second (an idle
+ * rank wakes rarely). */
+static void backoff(double t0, unsigned *us) {
+  const double waited = tsr_now_s() - t0;
+  if (waited < 5e-3) {
+    sched_yield();
+    return;
+  }
   struct timespec ts = {0, (long)*us * 1000};
   nanosleep(&ts, NULL);
-  if (*us < 1000) *us *= 2;
+  const unsigned cap = waited < 1.0 ? 200 : 1000;
+  *us = *us * 2 > cap ? cap : *us * 2;
 }
 
 static void count_wait(tsr_dist_t *d, double t0) {
@@ -264,7 +275,7 @@ tsr_status_t tsr_dist_send_wait(tsr_dist_t *d, tsr_dist_send_t *s, const char *w
                                                           "rank %d within %.1f s",
                                        s->dest, what, d->rank, d->timeout_s));
     }
-    backoff(&us);
+    backoff(t0, &us);
   }
   s->active = false;
   count_wait(d, t0);
@@ -337,7 +348,7 @@ tsr_status_t tsr_dist_recv(tsr_dist_t *d, int src, int tag, tsr_dist_buf_t *buf,
                                                           "within %.1f s (waiting for %s)",
                                        src, d->rank, d->timeout_s, what));
     }
-    backoff(&us);
+    backoff(t0, &us);
   }
 }
 
@@ -354,7 +365,7 @@ void tsr_dist_report(tsr_dist_t *d, tsr_status_t st) {
   }
 }
 
-void tsr_dist_counters(const tsr_dist_t *d, tsr_dist_rank_stats_t *out) {
+void tsr_dist_counters(const tsr_dist_t *d, tsr_rank_stats_t *out) {
   pthread_mutex_lock((pthread_mutex_t *)&d->lock);
   *out = d->c;
   pthread_mutex_unlock((pthread_mutex_t *)&d->lock);
