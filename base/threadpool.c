@@ -133,14 +133,24 @@ static void slice_fn(void *arg, int task, int thread) {
   sl->fn(sl->arg, sl->base + task, thread);
 }
 
-static int online_cpus(void) {
+int tsr_cpu_online(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
 
+int tsr_cpu_count(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return tsr_cpu_online();
+}
+
 tsr_status_t tsr_threadpool_create(int n_threads, tsr_threadpool_t **out) {
   *out = NULL;
-  if (n_threads <= 0) n_threads = online_cpus();
+  if (n_threads <= 0) n_threads = tsr_cpu_count();
   if (n_threads > 1024)
     return TSR_ERR(INVALID_ARGUMENT, "thread pool: n_threads %d exceeds 1024", n_threads);
   tsr_threadpool_t *p = calloc(1, sizeof(*p));

@@ -16,7 +16,14 @@ typedef struct tsr_threadpool tsr_threadpool_t;
 /* fn(arg, task, thread): task in [0, n_tasks), thread in [0, n_threads). */
 typedef void (*tsr_task_fn)(void *arg, int task, int thread);
 
-/* n_threads <= 0: one per online CPU. n_threads == 1: no worker threads. */
+/* CPUs this process may run on (its affinity mask: a process bound by
+ * taskset, a container's cpuset or mpirun gets that many), at least 1. */
+int tsr_cpu_count(void);
+/* CPUs online on the machine, at least 1. */
+int tsr_cpu_online(void);
+
+/* n_threads <= 0: one per CPU of tsr_cpu_count(). n_threads == 1: no worker
+ * threads. */
 tsr_status_t tsr_threadpool_create(int n_threads, tsr_threadpool_t **out);
 void tsr_threadpool_destroy(tsr_threadpool_t *pool);
 int tsr_threadpool_size(const tsr_threadpool_t *pool);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/threadpool.h"
 #include "dist.h"
 #include "internal.h"
 #include "trace.h"
@@ -194,10 +195,7 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
   if (!ctx) return TSR_ERR(RESOURCE_EXHAUSTED, "context");
   ctx->opts = *opts;
   ctx->n_threads = opts->n_threads;
-  if (ctx->n_threads == 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    ctx->n_threads = n > 0 ? (int)n : 1;
-  }
+  if (ctx->n_threads == 0) ctx->n_threads = tsr_cpu_count();
   if (ctx->opts.device_timeout_ms == 0) ctx->opts.device_timeout_ms = 10000;
   tsr_status_t s = tsr_dist_create(opts, &ctx->dist);
   if (s) {

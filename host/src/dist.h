@@ -36,12 +36,15 @@
 typedef struct tsr_dist tsr_dist_t;
 struct tsr_exec_pass_slot;
 
-/* Tags: the downstream stream, errors to rank 0, statistics answers, and
- * one answer tag per engine id (TSR_DIST_TAG_ENGINE + id % span). */
+/* Tags: the downstream stream, errors to rank 0, statistics answers, the
+ * liveness probe, and one answer tag per engine id (TSR_DIST_TAG_ENGINE +
+ * id % span). */
 enum {
   TSR_DIST_TAG_DOWN = 1,
   TSR_DIST_TAG_ERROR = 2,
   TSR_DIST_TAG_STATS = 3,
+  TSR_DIST_TAG_PING = 4, /* rank 0 -> k after a timeout: which rank is silent */
+  TSR_DIST_TAG_PONG = 5, /* k -> rank 0, answered from any wait of rank k    */
   TSR_DIST_TAG_ENGINE = 16,
   TSR_DIST_TAG_SPAN = 30000,
 };

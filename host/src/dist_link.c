@@ -9,15 +9,16 @@
 #include <inttypes.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/threadpool.h"
 #include "dist.h"
 
 struct tsr_dist {
@@ -136,6 +137,12 @@ tsr_status_t tsr_dist_create(const tsr_context_options_t *opts, tsr_dist_t **out
     tsr_dist_destroy(d);
     return s;
   }
+  /* mpirun binds each rank to one core when it starts one or two of them:
+   * a rank then computes on that core alone */
+  const int usable = tsr_cpu_count(), online = tsr_cpu_online();
+  if (usable < online && !opts->quiet)
+    fprintf(stderr, "tessera: rank %d may run on %d of this host's %d cores (mpirun "
+                    "--bind-to none lets it use all)\n", d->rank, usable, online);
   *out = d;
   return TSR_OK;
 }
@@ -217,6 +224,69 @@ static void backoff(double t0, unsigned *us) {
   *us = *us * 2 > cap ? cap : *us * 2;
 }
 
+/* A rank other than 0, in any wait: answers rank 0's liveness probes. */
+static void answer_ping(tsr_dist_t *d) {
+  if (d->rank == 0) return;
+  for (;;) {
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    if (MPI_Improbe(0, TSR_DIST_TAG_PING, d->comm, &flag, &msg, &st) != MPI_SUCCESS || !flag)
+      return;
+    tsr_dist_hdr_t h;
+    MPI_Mrecv(&h, sizeof h, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    MPI_Send(&h, sizeof h, MPI_BYTE, 0, TSR_DIST_TAG_PONG, d->comm); /* eager: 32 bytes */
+  }
+}
+
+/* Rank 0, after `silent` did not answer: probes every other rank (at most
+ * the timeout, 2 s at most) and names in `out` the ranks that are silent,
+ * so that a pipeline stuck in the middle is not blamed on its last rank.
+ * Empty when every rank answered but `silent` or when there is one other
+ * rank. */
+static void probe_ranks(tsr_dist_t *d, int silent, char *out, size_t cap) {
+  out[0] = 0;
+  if (d->size <= 2 || d->size > 1024) return;
+  bool answered[1024] = {0};
+  MPI_Request req[1024];
+  tsr_dist_hdr_t h = {.op = TSR_DIST_STATS};
+  for (int k = 1; k < d->size; k++)
+    MPI_Isend(&h, sizeof h, MPI_BYTE, k, TSR_DIST_TAG_PING, d->comm, &req[k]);
+  const double t0 = tsr_now_s(), limit = d->timeout_s < 2 ? d->timeout_s : 2;
+  int left = d->size - 1;
+  while (left && tsr_now_s() - t0 < limit) {
+    int flag = 0;
+    MPI_Message msg;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, TSR_DIST_TAG_PONG, d->comm, &flag, &msg, &st) != MPI_SUCCESS)
+      break;
+    if (!flag) {
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    tsr_dist_hdr_t r;
+    MPI_Mrecv(&r, sizeof r, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    if (st.MPI_SOURCE > 0 && st.MPI_SOURCE < d->size && !answered[st.MPI_SOURCE]) {
+      answered[st.MPI_SOURCE] = true;
+      left--;
+    }
+  }
+  /* the pings of silent ranks stay pending: the job aborts */
+  if (left == 1 && silent > 0 && silent < d->size && !answered[silent]) return; /* named */
+  if (!left) {
+    snprintf(out, cap, "; a probe finds every rank answering within %.1f s", limit);
+    return;
+  }
+  size_t len = (size_t)snprintf(out, cap, "; a probe finds rank%s", left > 1 ? "s" : "");
+  for (int k = 1, first = 1; k < d->size && len < cap; k++)
+    if (!answered[k]) {
+      len += (size_t)snprintf(out + len, cap - len, "%s %d", first ? "" : ",", k);
+      first = 0;
+    }
+  if (len < cap) snprintf(out + len, cap - len, " silent within %.1f s", limit);
+}
+
 static void count_wait(tsr_dist_t *d, double t0) {
   const double w = tsr_now_s() - t0;
   pthread_mutex_lock(&d->lock);
@@ -275,6 +345,7 @@ tsr_status_t tsr_dist_send_wait(tsr_dist_t *d, tsr_dist_send_t *s, const char *w
                                                           "rank %d within %.1f s",
                                        s->dest, what, d->rank, d->timeout_s));
     }
+    answer_ping(d);
     backoff(t0, &us);
   }
   s->active = false;
@@ -344,10 +415,13 @@ tsr_status_t tsr_dist_recv(tsr_dist_t *d, int src, int tag, tsr_dist_buf_t *buf,
     }
     if (!forever && tsr_now_s() - t0 > d->timeout_s) {
       count_wait(d, t0);
+      char probe[256] = "";
+      if (d->rank == 0) probe_ranks(d, src, probe, sizeof probe);
       return tsr_dist_break(d, TSR_ERR(DEADLINE_EXCEEDED, "mpi: rank %d did not answer rank %d "
-                                                          "within %.1f s (waiting for %s)",
-                                       src, d->rank, d->timeout_s, what));
+                                                          "within %.1f s (waiting for %s)%s",
+                                       src, d->rank, d->timeout_s, what, probe));
     }
+    answer_ping(d);
     backoff(t0, &us);
   }
 }

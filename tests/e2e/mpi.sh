@@ -9,8 +9,8 @@
 #   - `tessera serve --mpi` (pipeline, 2 ranks) and `--mpi-split rows` (3
 #     ranks) under concurrent clients: every answer equals `tessera run`;
 #     SIGTERM to rank 0 drains it and ends the job with exit 0;
-#   - a rank that stops answering or is killed makes rank 0 fail with the
-#     rank named within the timeout.
+#   - a rank that stops answering (the last or a middle one) or is killed
+#     makes rank 0 fail with the rank named within the timeout.
 BUILD=${1:-build}
 T="$BUILD/bin/tessera"
 M=${TSR_MODELS_DIR:-../shared/models}
@@ -20,7 +20,7 @@ command -v mpirun >/dev/null || { echo "SKIP mpirun is not installed"; exit 77; 
 [ -n "$SANITIZE" ] && { echo "SKIP Open MPI is not instrumented (SANITIZE=$SANITIZE)"; exit 77; }
 [ -f "$M/stories260K.bin" ] || { echo "SKIP $M/stories260K.bin is absent"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_tcp_if_include=lo
-MPIRUN="mpirun --oversubscribe"
+MPIRUN="mpirun --oversubscribe --bind-to none"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
@@ -100,6 +100,14 @@ rc=$?
 if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1 did not answer" "$out/err.txt"; then
   echo "FAIL hang fault: exit $rc"; tail -5 "$out/err.txt"; fail=1
 else echo "ok   a hanging rank 1: rank 0 exit $rc, named it"; fi
+# the middle rank of a 3-rank pipeline hangs: rank 0 waits on the last rank,
+# and its probe of every rank names the silent one
+TSR_MPI_FAULT=rank=1,after=5,mode=hang timeout 60 $MPIRUN -np 3 "$T" run $stories -p Once --mpi \
+    --mpi-timeout 3000 > /dev/null 2>"$out/err.txt"
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "a probe finds rank 1 silent" "$out/err.txt"; then
+  echo "FAIL middle hang: exit $rc"; tail -5 "$out/err.txt"; fail=1
+else echo "ok   a hanging middle rank 1 of 3: rank 0 exit $rc, its probe named rank 1"; fi
 # a rank killed mid-run; mpirun is told not to end the job itself when a
 # process dies, so that rank 0 meets the silence and names the rank
 TSR_MPI_FAULT=rank=2,after=5,mode=kill timeout 60 $MPIRUN --mca orte_abort_on_non_zero_status 0 \
