@@ -434,13 +434,12 @@ void tsr_dist_print_stats(const tsr_exec_t *o, FILE *f) {
   uint64_t act = 0;
   for (int k = 0; k < size; k++) {
     char layers[32];
-    if (pipeline(d))
-      snprintf(layers, sizeof layers, "%d-%d%s", r[k].layer0, r[k].layer1 - 1,
-               r[k].ends ? "+ends" : "");
-    else
-      snprintf(layers, sizeof layers, "all");
-    if (k == 0 && pipeline(d))
-      snprintf(layers, sizeof layers, "%d-%d+ends", o->model->layer0, o->model->layer1 - 1);
+    int32_t l0 = r[k].layer0, l1 = r[k].layer1;
+    if (k == 0) l0 = o->model->layer0, l1 = o->model->layer1;
+    if (!pipeline(d)) snprintf(layers, sizeof layers, "all");
+    else if (l1 > l0)
+      snprintf(layers, sizeof layers, "%d-%d%s", l0, l1 - 1, k == 0 ? "+ends" : "");
+    else snprintf(layers, sizeof layers, "none%s", k == 0 ? "+ends" : "");
     fprintf(f, "  %4d %-11s %-24.24s %8" PRIu64 " %12" PRIu64 " %12" PRIu64 " %12" PRIu64
                " %9.3f %9.3f\n",
             k, layers, r[k].devices, r[k].passes, r[k].bytes_sent, r[k].bytes_recv,
