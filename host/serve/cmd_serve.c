@@ -319,6 +319,7 @@ int tsr_cmd_serve(int argc, char **argv) {
   if (copts.mpi && pool) {
     fprintf(stderr, "tessera serve: --pool: not with --mpi (each rank's devices are its "
                     "--device list)\n");
+    rc = 2;
     goto done;
   }
   tsr_status_t st = tsr_context_create(&copts, &s->ctx);

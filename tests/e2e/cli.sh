@@ -21,6 +21,12 @@ expect 2 "run with bad -n" "$T" run -m x -n abc
 expect 2 "run with bad precision" "$T" run -m x --precision fp64
 expect 2 "run with bad topp" "$T" run -m x --topp 2
 expect 1 "run with missing file" "$T" run -m /nonexistent/model.gguf
+expect 2 "bench with a bad --network" "$T" bench --mpi --network 25
+grep -q "GBIT,LATENCY_US" /tmp/tsr_cli_out.$$ || { echo "FAIL: --network message"; fail=1; }
+expect 2 "bench with a negative latency" "$T" bench --mpi --network 25,-1
+expect 2 "bench --device without --mpi" "$T" bench --device fmodel
+expect 2 "bench with a bad --mpi-split" "$T" bench --mpi-split columns
+expect 2 "serve --mpi with --pool" "$T" serve --mpi -m x --pool fmodel
 printf 'GGUF\003\000\000\000' > /tmp/tsr_cli_trunc.$$.gguf
 expect 1 "run with truncated GGUF" "$T" run -m /tmp/tsr_cli_trunc.$$.gguf
 grep -q "tsr_cli_trunc" /tmp/tsr_cli_out.$$ || { echo "FAIL: message does not name the file"; fail=1; }
