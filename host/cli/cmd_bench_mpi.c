@@ -20,9 +20,12 @@
  *   rows               rank 0 computes its share while rank k receives
  *                      its tokens, computes and returns logits:
  *                      max(c_0, max_k(c_k + 2 lat + bytes_k / bandwidth)).
- * The ranks of one job here share this machine's cores: with micro-batches
- * in flight or rows on several ranks, ranks computing at once slow each
- * other, so the projected compute (one host per rank) is conservative.
+ * The ranks of one job here share this machine's cores, so ranks computing
+ * at once slow each other: in a pipeline the compute of each rank comes
+ * from a run of the same phase with one micro-batch in flight (mpi_depth
+ * 1: the ranks take turns), the bytes and micro-batches from the measured
+ * run; in the rows split the ranks do compute at once, and their measured
+ * compute (slowed by each other here) is taken as it is.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -66,9 +69,12 @@ static void stats_diff(const tsr_rank_stats_t *a, const tsr_rank_stats_t *b, int
   }
 }
 
-/* The projection of one phase of `evals` evaluations (see the header). */
-static void project(const tsr_rank_stats_t *d, int n, bool pipe, double evals, double wall,
-                    double tokens, double bw, double lat, mpi_row_t *row) {
+/* The projection of one phase of `evals` evaluations (see the header):
+ * `d` the ranks' counters of the measured run, `cal` those of the same
+ * phase run one micro-batch at a time (pipeline; NULL: take d's compute). */
+static void project(const tsr_rank_stats_t *d, const tsr_rank_stats_t *cal, int n, bool pipe,
+                    double evals, double wall, double tokens, double bw, double lat,
+                    mpi_row_t *row) {
   row->measured_tps = wall > 0 ? tokens / wall : 0;
   row->wait_frac = wall > 0 ? d[0].wait_s / wall : 0;
   double act = 0, msgs = 0;
@@ -84,14 +90,16 @@ static void project(const tsr_rank_stats_t *d, int n, bool pipe, double evals, d
     row->projected_tps = row->measured_tps;
     return;
   }
+  if (!cal) cal = d;
   double t_eval;
   if (pipe) {
     /* every micro-batch passes every rank; rank 1 counts each once */
     const double micro = d[1].passes > 0 ? (double)d[1].passes : evals;
+    const double micro_cal = cal[1].passes > 0 ? (double)cal[1].passes : micro;
     const double m_per_eval = micro / evals;
     double sum_c = 0, max_c = 0, sum_t = 0, max_t = 0;
     for (int r = 0; r < n; r++) {
-      const double c = d[r].busy_s / micro;
+      const double c = cal[r].busy_s / micro_cal;
       const double t = lat + ((double)d[r].act_bytes_sent / micro + HDR_BYTES) / bw;
       row->compute_ms[r] = c * m_per_eval * 1e3;
       sum_c += c;
@@ -109,8 +117,8 @@ static void project(const tsr_rank_stats_t *d, int n, bool pipe, double evals, d
     double net = 0;
     for (int k = 1; k < n; k++) {
       const double ck = d[k].busy_s / evals;
-      const double tk =
-          (d[k].passes ? 2 * lat : 0) + ((double)d[k].bytes_recv + d[k].act_bytes_sent) / evals / bw;
+      const double tk = (d[k].passes ? 2 * lat : 0) +
+                        ((double)d[k].bytes_recv + (double)d[k].act_bytes_sent) / evals / bw;
       row->compute_ms[k] = ck * 1e3;
       if (tk > net) net = tk;
       if (ck + tk > t_eval) t_eval = ck + tk;
@@ -120,71 +128,99 @@ static void project(const tsr_rank_stats_t *d, int n, bool pipe, double evals, d
   row->projected_tps = t_eval > 0 ? tokens / (evals * t_eval) : 0;
 }
 
-/* One model, one batch size: `reps` repetitions, medians. */
+/* One engine's sequences, and the ranks' counters around its phases. */
+typedef struct {
+  tsr_engine_t *eng;
+  tsr_seq_t **seqs;
+  double wall[2];        /* prefill, decode */
+  tsr_rank_stats_t *d[2]; /* counters of each phase, n each */
+} phase_run_t;
+
+/* Prefill then decode of B sequences on r->eng (reset first). */
+static tsr_status_t run_phases(tsr_context_t *ctx, const cli_bench_mpi_t *o, int32_t B,
+                               int32_t vocab, tsr_batch_t *b, int32_t *toks,
+                               tsr_rank_stats_t *snap, phase_run_t *r) {
+  const int n = tsr_context_ranks(ctx);
+  tsr_status_t s = TSR_OK;
+  for (int32_t i = 0; i < B && !s; i++) {
+    if (r->seqs[i]) tsr_seq_reset(r->seqs[i]);
+    else s = tsr_seq_create(r->eng, &r->seqs[i]);
+  }
+  if (!s) s = tsr_context_rank_stats(ctx, snap);
+  double t0 = cli_now_s();
+  if (!s) s = cli_bench_prefill(r->eng, r->seqs, B, b, o->n_prompt, vocab, toks);
+  r->wall[0] = cli_now_s() - t0;
+  if (!s) s = tsr_context_rank_stats(ctx, snap + n);
+  t0 = cli_now_s();
+  for (int32_t step = 0; step < o->n_decode && !s; step++) {
+    tsr_batch_clear(b);
+    for (int32_t i = 0; i < B && !s; i++)
+      s = tsr_batch_add(b, r->seqs[i], &toks[i], 1, true, NULL);
+    if (!s) s = tsr_engine_eval(r->eng, b);
+    for (int32_t i = 0; i < B && !s; i++)
+      toks[i] = cli_argmax(tsr_batch_logits(b, (size_t)i), vocab);
+  }
+  r->wall[1] = cli_now_s() - t0;
+  if (!s) s = tsr_context_rank_stats(ctx, snap + 2 * n);
+  if (s) return s;
+  stats_diff(snap, snap + n, n, r->d[0]);
+  stats_diff(snap + n, snap + 2 * n, n, r->d[1]);
+  return TSR_OK;
+}
+
+/* One model, one batch size: `reps` repetitions, medians. In a pipeline of
+ * several ranks each repetition first runs the phases one micro-batch at a
+ * time (the compute of each rank alone, for the projection), then with
+ * every rank busy (the measured rate). */
 static tsr_status_t run_one(tsr_context_t *ctx, tsr_model_t *model, const cli_bench_mpi_t *o,
                             int32_t B, double bw, double lat, mpi_row_t *pre, mpi_row_t *dec) {
   const int n = tsr_context_ranks(ctx);
   const bool pipe = o->copts->mpi_split == TSR_SPLIT_LAYERS;
+  const bool calibrate = pipe && n > 1;
   tsr_model_config_t c;
   tsr_model_config(model, &c);
   tsr_session_options_t so;
   tsr_session_options_init(&so);
   so.precision = TSR_PRECISION_INT8;
   so.max_seq = o->n_prompt + o->n_decode + 1;
-  tsr_engine_t *eng = NULL;
+  phase_run_t run[2] = {0}; /* measured, one at a time */
   tsr_batch_t *b = NULL;
-  tsr_seq_t **seqs = calloc((size_t)B, sizeof *seqs);
   int32_t *toks = calloc((size_t)B, sizeof *toks);
-  tsr_rank_stats_t *st = calloc((size_t)n * 4, sizeof *st);
+  tsr_rank_stats_t *st = calloc((size_t)n * 7, sizeof *st);
   mpi_row_t *rows = calloc((size_t)o->reps * 2, sizeof *rows);
   double *v = calloc((size_t)o->reps, sizeof *v);
   tsr_status_t s = TSR_OK;
-  if (!seqs || !toks || !st || !rows || !v) s = TSR_ERR(RESOURCE_EXHAUSTED, "batch of %d", B);
-  if (!s) s = tsr_engine_create(model, &so, &eng);
+  for (int k = 0; k < 2; k++) {
+    run[k].seqs = calloc((size_t)B, sizeof *run[k].seqs);
+    if (!run[k].seqs) s = TSR_ERR(RESOURCE_EXHAUSTED, "batch of %d", B);
+    if (st) run[k].d[0] = st + 3 * n + 2 * k * n, run[k].d[1] = run[k].d[0] + n;
+  }
+  if (!toks || !st || !rows || !v) s = TSR_ERR(RESOURCE_EXHAUSTED, "batch of %d", B);
+  if (!s) s = tsr_engine_create(model, &so, &run[0].eng);
+  so.mpi_depth = 1;
+  if (!s && calibrate) s = tsr_engine_create(model, &so, &run[1].eng);
   if (!s) s = tsr_batch_create((size_t)B, &b);
   for (int rep = 0; rep < o->reps && !s; rep++) {
-    for (int32_t i = 0; i < B && !s; i++) {
-      if (seqs[i]) tsr_seq_reset(seqs[i]);
-      else s = tsr_seq_create(eng, &seqs[i]);
-    }
-    tsr_rank_stats_t *s0 = st, *s1 = st + n, *s2 = st + 2 * n, *dd = st + 3 * n;
-    if (!s) s = tsr_context_rank_stats(ctx, s0);
-    double t0 = cli_now_s();
-    if (!s) s = cli_bench_prefill(eng, seqs, B, b, o->n_prompt, c.vocab_size, toks);
-    double t1 = cli_now_s();
-    if (!s) s = tsr_context_rank_stats(ctx, s1);
-    double t2 = cli_now_s();
-    for (int32_t step = 0; step < o->n_decode && !s; step++) {
-      tsr_batch_clear(b);
-      for (int32_t i = 0; i < B && !s; i++)
-        s = tsr_batch_add(b, seqs[i], &toks[i], 1, true, NULL);
-      if (!s) s = tsr_engine_eval(eng, b);
-      for (int32_t i = 0; i < B && !s; i++)
-        toks[i] = cli_argmax(tsr_batch_logits(b, (size_t)i), c.vocab_size);
-    }
-    double t3 = cli_now_s();
-    if (!s) s = tsr_context_rank_stats(ctx, s2);
+    if (calibrate) s = run_phases(ctx, o, B, c.vocab_size, b, toks, st, &run[1]);
+    if (!s) s = run_phases(ctx, o, B, c.vocab_size, b, toks, st, &run[0]);
     if (s) break;
-    stats_diff(s0, s1, n, dd);
-    project(dd, n, pipe, 1, t1 - t0, (double)B * o->n_prompt, bw, lat, &rows[2 * rep]);
-    stats_diff(s1, s2, n, dd);
-    project(dd, n, pipe, o->n_decode, t3 - t2, (double)B * o->n_decode, bw, lat,
-            &rows[2 * rep + 1]);
+    for (int ph = 0; ph < 2; ph++) {
+      const double evals = ph ? o->n_decode : 1;
+      const double tokens = (double)B * (ph ? o->n_decode : o->n_prompt);
+      project(run[0].d[ph], calibrate ? run[1].d[ph] : NULL, n, pipe, evals, run[0].wall[ph],
+              tokens, bw, lat, &rows[2 * rep + ph]);
+    }
   }
   /* the repetition with the median measured rate stands for each phase */
   for (int ph = 0; ph < 2 && !s; ph++) {
     for (int rep = 0; rep < o->reps; rep++) v[rep] = rows[2 * rep + ph].measured_tps;
     const double med = cli_median(v, o->reps);
     int pick = 0;
-    for (int rep = 0; rep < o->reps; rep++)
-      if (rows[2 * rep + ph].measured_tps == med) pick = rep;
-    if (o->reps % 2 == 0) { /* the mean of two middles: take the nearest */
-      double best = 1e300;
-      for (int rep = 0; rep < o->reps; rep++) {
-        double dlt = rows[2 * rep + ph].measured_tps - med;
-        if (dlt < 0) dlt = -dlt;
-        if (dlt < best) best = dlt, pick = rep;
-      }
+    double best = 1e300;
+    for (int rep = 0; rep < o->reps; rep++) {
+      double dlt = rows[2 * rep + ph].measured_tps - med;
+      if (dlt < 0) dlt = -dlt;
+      if (dlt < best) best = dlt, pick = rep;
     }
     mpi_row_t *out = ph ? dec : pre;
     *out = rows[2 * pick + ph];
@@ -192,10 +228,12 @@ static tsr_status_t run_one(tsr_context_t *ctx, tsr_model_t *model, const cli_be
     out->phase = ph ? "decode" : "prefill";
     out->tokens = (double)B * (ph ? o->n_decode : o->n_prompt);
   }
-  for (int32_t i = 0; seqs && i < B; i++) tsr_seq_destroy(seqs[i]);
+  for (int k = 0; k < 2; k++) {
+    for (int32_t i = 0; run[k].seqs && i < B; i++) tsr_seq_destroy(run[k].seqs[i]);
+    free(run[k].seqs);
+    tsr_engine_destroy(run[k].eng);
+  }
   tsr_batch_destroy(b);
-  tsr_engine_destroy(eng);
-  free(seqs);
   free(toks);
   free(st);
   free(rows);
@@ -212,8 +250,10 @@ static void print_table(const mpi_row_t *r, int n_rows, int n, const cli_bench_m
          o->n_prompt, o->n_decode, o->reps);
   printf("measured: every rank on this host, sharing its %ld cores, messages over loopback\n",
          cores);
-  printf("projected: one host per rank, compute per rank as measured here, each message "
+  printf("projected: one host per rank, each rank's compute as measured here %s, each message "
          "%.0f us + bytes at %.1f Gbit/s\n",
+         pipe ? "with one micro-batch in flight (the ranks taking turns)"
+              : "(ranks computing at once on the shared cores)",
          o->lat_us, o->gbit);
   printf("%-12s %5s %-8s %12s %6s %10s %9s  %-24s %10s %13s\n", "model", "batch", "phase",
          "measured t/s", "wait", "act B/tok", "msgs/eval", "compute ms/eval per rank",

@@ -350,6 +350,12 @@ typedef struct tsr_session_options {
   /* Context device entries the engine starts with (bit e = entry e; see
    * tsr_engine_set_devices). Default (tsr_session_options_init): all. */
   uint64_t device_mask;
+  /* In an mpi context split into a pipeline of layers: micro-batches in
+   * flight at once (each rank works on one while the next rank works on
+   * the one before). 0 (default) = one per rank; 1 = one at a time (the
+   * ranks never compute together). Range [0, 1024]; more than the ranks
+   * count as the ranks. */
+  int32_t mpi_depth;
 } tsr_session_options_t;
 
 TSR_API void tsr_session_options_init(tsr_session_options_t *opts);

@@ -142,7 +142,7 @@ tsr_status_t tsr_dist_engine_open(tsr_exec_t *o, const tsr_session_options_t *op
   de->tag = TSR_DIST_TAG_ENGINE + (int)(de->id % TSR_DIST_TAG_SPAN);
   tsr_status_t s = TSR_OK;
   if (pipeline(d)) {
-    de->depth = size;
+    de->depth = opts->mpi_depth > 0 && opts->mpi_depth < size ? opts->mpi_depth : size;
     de->slots = calloc((size_t)size, sizeof *de->slots);
     if (!de->slots) s = TSR_ERR(RESOURCE_EXHAUSTED, "mpi: %d pipeline slots", size);
     for (int i = 0; !s && i < size; i++) {

@@ -57,6 +57,8 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   if (o.max_batch_rows < 0 || o.max_batch_rows > TSR_MAX_BATCH_ROWS)
     return TSR_ERR(OUT_OF_RANGE, "max_batch_rows %d outside [0, %d]", o.max_batch_rows,
                    TSR_MAX_BATCH_ROWS);
+  if (o.mpi_depth < 0 || o.mpi_depth > 1024)
+    return TSR_ERR(OUT_OF_RANGE, "mpi_depth %d outside [0, 1024]", o.mpi_depth);
   TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&o.attn), "attn");
   if (!o.max_batch_rows) o.max_batch_rows = default_rows;
   if (o.precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
