@@ -198,6 +198,31 @@ tsr_status_t tsr_qmatrix_quantize(tsr_qmatrix_t *out, const float *w, int32_t n,
   return TSR_OK;
 }
 
+tsr_status_t tsr_qmatrix_quantize_rows(tsr_qmatrix_t *out, int32_t n, int32_t k,
+                                       void (*row)(void *ctx, int32_t r, float *dst),
+                                       void *ctx) {
+  if (!out) return TSR_ERR(INVALID_ARGUMENT, "qmatrix_quantize_rows: out is NULL");
+  if (!row) {
+    memset(out, 0, sizeof(*out));
+    return TSR_ERR(INVALID_ARGUMENT, "qmatrix_quantize_rows: no row function");
+  }
+  float *tmp = malloc(sizeof(float) * (size_t)(k > 0 ? k : 1));
+  if (!tmp) {
+    memset(out, 0, sizeof(*out));
+    return TSR_ERR(RESOURCE_EXHAUSTED, "qmatrix_quantize_rows: a row of %d floats", k);
+  }
+  tsr_status_t s = qmatrix_alloc(out, n, k);
+  if (!s) {
+    for (int32_t r = 0; r < n; ++r) {
+      row(ctx, r, tmp);
+      out->scale[r] = quantize_row(out->data + (size_t)r * k, tmp, k);
+    }
+    qmatrix_sums(out);
+  }
+  free(tmp);
+  return s;
+}
+
 tsr_status_t tsr_qmatrix_from_i8(tsr_qmatrix_t *out, const int8_t *w, int32_t n, int32_t k) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "qmatrix_from_i8: out is NULL");
   if (!w) {

@@ -42,6 +42,13 @@ typedef struct tsr_qmatrix {
  * scale[n] = max|W[n]| / 127 (1 if the row is all zero),
  * q = clamp(nearbyint(W / scale), -127, 127). */
 tsr_status_t tsr_qmatrix_quantize(tsr_qmatrix_t *out, const float *w, int32_t n, int32_t k);
+/* The same quantization with W given one row at a time: row(ctx, r, dst)
+ * writes row r (k floats) into dst, a scratch row. For weights stored in
+ * another format (F16, Q8_0) the rows are converted one by one, never the
+ * whole matrix; the result equals tsr_qmatrix_quantize of the converted W. */
+tsr_status_t tsr_qmatrix_quantize_rows(tsr_qmatrix_t *out, int32_t n, int32_t k,
+                                       void (*row)(void *ctx, int32_t r, float *dst),
+                                       void *ctx);
 /* Wraps already-quantized int8 data (copied) with unit scales. */
 tsr_status_t tsr_qmatrix_from_i8(tsr_qmatrix_t *out, const int8_t *w, int32_t n, int32_t k);
 void tsr_qmatrix_free(tsr_qmatrix_t *q);

@@ -62,6 +62,7 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&o.attn), "attn");
   if (!o.max_batch_rows) o.max_batch_rows = default_rows;
   if (o.precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
+  else TSR_RETURN_IF(tsr_model_ensure_fp32(model));
   TSR_RETURN_IF(tsr_exec_create(model, &o, out));
   tsr_status_t st = tsr_dist_engine_open(*out, &o);
   if (st) {
@@ -331,8 +332,7 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
       case TSR_NODE_EMBED:
         for (int e = 0; e < n_e; e++)
           for (int32_t t = 0; t < pe[e].n; t++)
-            memcpy(o->x + (size_t)(pe[e].row0 + t) * dim,
-                   m->tok_embd + (size_t)pe[e].tokens[t] * dim, sizeof(float) * dim);
+            tsr_model_embed(m, pe[e].tokens[t], o->x + (size_t)(pe[e].row0 + t) * dim);
         break;
       case TSR_NODE_RMSNORM:
         if (final) { /* the classifier's rows: the last of each entry asking */

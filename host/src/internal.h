@@ -53,8 +53,10 @@ void tsr_ctx_warn(const tsr_context_t *ctx, const char *fmt, ...) TSR_PRINTF(2, 
 /* One weight matrix y = W x, W (rows, cols), in the precisions in use. */
 typedef struct tsr_linear {
   int32_t rows, cols;
-  const float *f32;  /* (rows, cols): into the mapping, or f32_owned */
-  float *f32_owned;  /* set when the file's type was not F32 */
+  tsr_tensor_view_t src; /* the weights as the file stores them */
+  const float *f32;  /* (rows, cols): into the mapping (F32 files), or
+                        f32_owned once an fp32 engine needs it; else NULL */
+  float *f32_owned;
   tsr_qmatrix_t q;   /* int8 per output channel; built on first int8 use */
 } tsr_linear_t;
 
@@ -82,16 +84,18 @@ struct tsr_model {
   tsr_context_t *ctx;      /* borrowed, must outlive */
   tsr_model_file_t *file;  /* owned: keeps the mapping alive */
   tsr_model_config_t cfg;
-  const float *tok_embd;   /* (vocab, dim) */
-  float *tok_embd_owned;
+  tsr_tensor_view_t tok_embd_src; /* (vocab, dim) as the file stores it */
+  const float *tok_embd;   /* (vocab, dim) in the mapping if F32, else NULL:
+                              tsr_model_embed converts a row per token */
   const float *rms_final;  /* (dim) */
   float **owned_vectors;   /* converted norm vectors, freed with the model */
   int n_owned_vectors;
   tsr_layer_t *layers;     /* (n_layers) */
   tsr_linear_t output;     /* classifier (vocab, dim) */
   tsr_tokenizer_t tok;
-  pthread_mutex_t quant_lock; /* guards the lazy int8 quantization */
+  pthread_mutex_t quant_lock; /* guards the lazy int8 and fp32 weights */
   bool quantized;
+  bool fp32_ready; /* every linear has its f32 (an fp32 engine exists) */
   /* Layers [layer0, layer1) are loaded (all but on a pipeline of MPI
    * ranks); `ends`: the embedding and the classifier too (rank 0). The
    * other layers' weights are neither read nor allocated. */
@@ -102,6 +106,10 @@ struct tsr_model {
 
 /* Quantizes every linear of `m` to int8 once (thread-safe). */
 tsr_status_t tsr_model_ensure_int8(tsr_model_t *m);
+/* Gives every linear of `m` its fp32 weights once (thread-safe). */
+tsr_status_t tsr_model_ensure_fp32(tsr_model_t *m);
+/* Row `token` of the embedding table, dim floats into out. */
+void tsr_model_embed(const tsr_model_t *m, int32_t token, float *out);
 
 /* Splits a device list as tsr_context_create() does and checks every
  * device entry's spec (tsr_hal_check_spec) without opening anything.

@@ -1,11 +1,20 @@
 /*
- * model.c - a loaded model: fp32 views of the weights (borrowed from the
- * mapping when the file stores F32, converted otherwise), the int8 weights
- * (quantized per output channel on first int8 use), and the tokenizer.
+ * model.c - a loaded model: the weights as the file stores them (views into
+ * the mapping), what each precision needs derived from them on first use
+ * and only then, and the tokenizer.
+ *   fp32  borrowed from the mapping when the file stores F32; converted
+ *         copies otherwise, made when the first fp32 engine is created;
+ *   int8  quantized per output channel when the first int8 engine is
+ *         created, row by row straight from the file's format (no fp32 copy
+ *         of a matrix is made); the file's pages of a matrix are then
+ *         dropped from memory unless an fp32 engine reads them;
+ *   the embedding table is read a row per token from the mapping.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "dist.h"
 #include "internal.h"
@@ -36,10 +45,43 @@ static float half_to_float(uint16_t h) {
   return f;
 }
 
-/* fp32 copy of a view's data, or NULL with *owned untouched if it is F32. */
+/* Converts elements [e0, e0 + n) of a view to fp32. Q8_0 ranges start and
+ * end on a block (the loaders check that rows are whole blocks). */
+static void view_convert(const tsr_tensor_view_t *v, size_t e0, size_t n, float *f) {
+  const uint8_t *src = v->data;
+  if (v->type == TSR_DTYPE_F32) {
+    memcpy(f, src + 4 * e0, sizeof(float) * n);
+  } else if (v->type == TSR_DTYPE_F16) {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, src + 2 * (e0 + i), 2);
+      f[i] = half_to_float(h);
+    }
+  } else { /* TSR_DTYPE_Q8_0 */
+    for (size_t b = 0; b < n / 32; b++) {
+      const uint8_t *blk = src + (e0 / 32 + b) * 34;
+      uint16_t h;
+      memcpy(&h, blk, 2);
+      float d = half_to_float(h);
+      for (int j = 0; j < 32; j++) f[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
+    }
+  }
+}
+
+static tsr_status_t view_check(const tsr_tensor_view_t *v, const char *what) {
+  if (v->type == TSR_DTYPE_F32 || v->type == TSR_DTYPE_F16) return TSR_OK;
+  if (v->type == TSR_DTYPE_Q8_0 && v->cols % 32 == 0) return TSR_OK;
+  if (v->type == TSR_DTYPE_Q8_0)
+    return TSR_ERR(FORMAT, "%s: Q8_0 rows of %lld values are not whole blocks of 32", what,
+                   (long long)v->cols);
+  return TSR_ERR(UNIMPLEMENTED, "%s: tensor type %s", what, tsr_dtype_name(v->type));
+}
+
+/* fp32 of a view: borrowed if it is F32 (*owned NULL), else a copy. */
 static tsr_status_t view_to_f32(const tsr_tensor_view_t *v, const char *what,
                                 const float **out, float **owned) {
   *owned = NULL;
+  TSR_RETURN_IF(view_check(v, what));
   size_t n = (size_t)v->rows * (size_t)v->cols;
   if (v->type == TSR_DTYPE_F32) {
     *out = (const float *)v->data;
@@ -47,28 +89,27 @@ static tsr_status_t view_to_f32(const tsr_tensor_view_t *v, const char *what,
   }
   float *f = malloc(sizeof(float) * n);
   if (!f) return TSR_ERR(RESOURCE_EXHAUSTED, "%s: %zu floats", what, n);
-  const uint8_t *src = v->data;
-  if (v->type == TSR_DTYPE_F16) {
-    for (size_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, src + 2 * i, 2);
-      f[i] = half_to_float(h);
-    }
-  } else if (v->type == TSR_DTYPE_Q8_0) {
-    for (size_t b = 0; b < n / 32; b++) {
-      const uint8_t *blk = src + b * 34;
-      uint16_t h;
-      memcpy(&h, blk, 2);
-      float d = half_to_float(h);
-      for (int j = 0; j < 32; j++) f[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
-    }
-  } else {
-    free(f);
-    return TSR_ERR(UNIMPLEMENTED, "%s: tensor type %s", what, tsr_dtype_name(v->type));
-  }
+  view_convert(v, 0, n, f);
   *out = f;
   *owned = f;
   return TSR_OK;
+}
+
+/* Drops the pages of a view's data from this process's memory (a private
+ * read-only mapping of the file: touched again, they are read back). */
+static void view_drop_pages(const tsr_tensor_view_t *v) {
+  uint64_t nb = 0;
+  if (!tsr_dtype_nbytes(v->type, (uint64_t)(v->rows * v->cols), &nb)) return;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)v->data + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)v->data + (uintptr_t)nb) & ~(page - 1);
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void tsr_model_embed(const tsr_model_t *m, int32_t token, float *out) {
+  const int32_t dim = m->cfg.dim;
+  if (m->tok_embd) memcpy(out, m->tok_embd + (size_t)token * dim, sizeof(float) * dim);
+  else view_convert(&m->tok_embd_src, (size_t)token * dim, (size_t)dim, out);
 }
 
 static tsr_status_t vector_to_f32(tsr_model_t *m, const tsr_tensor_view_t *v,
@@ -91,7 +132,10 @@ static tsr_status_t linear_init(tsr_linear_t *l, const tsr_tensor_view_t *v, con
   memset(l, 0, sizeof(*l));
   l->rows = (int32_t)v->rows;
   l->cols = (int32_t)v->cols;
-  return view_to_f32(v, what, &l->f32, &l->f32_owned);
+  l->src = *v;
+  TSR_RETURN_IF(view_check(v, what));
+  if (v->type == TSR_DTYPE_F32) l->f32 = (const float *)v->data; /* in place */
+  return TSR_OK;
 }
 
 static void linear_free(tsr_linear_t *l) {
@@ -121,7 +165,9 @@ tsr_status_t tsr_model_load(tsr_context_t *ctx, const char *path, const char *to
   if (!m->layers) s = TSR_ERR(RESOURCE_EXHAUSTED, "model: %d layers", L);
   tsr_dist_model_layers(ctx, L, &m->layer0, &m->layer1, &m->ends);
   if (!s && m->ends) {
-    s = view_to_f32(&f->tok_embd, "token_embd", &m->tok_embd, &m->tok_embd_owned);
+    m->tok_embd_src = f->tok_embd;
+    s = view_check(&f->tok_embd, "token_embd");
+    if (f->tok_embd.type == TSR_DTYPE_F32) m->tok_embd = (const float *)f->tok_embd.data;
     if (!s) s = vector_to_f32(m, &f->rms_final, "output_norm", &m->rms_final);
     if (!s) s = linear_init(&m->output, &f->output, "output");
   }
@@ -168,7 +214,6 @@ void tsr_model_destroy(tsr_model_t *m) {
   linear_free(&m->output);
   for (int i = 0; i < m->n_owned_vectors; i++) free(m->owned_vectors[i]);
   free(m->owned_vectors);
-  free(m->tok_embd_owned);
   tsr_tokenizer_free(&m->tok);
   tsr_model_file_close(m->file);
   pthread_mutex_destroy(&m->quant_lock);
@@ -177,28 +222,62 @@ void tsr_model_destroy(tsr_model_t *m) {
 
 void tsr_model_config(const tsr_model_t *m, tsr_model_config_t *out) { *out = m->cfg; }
 
-static tsr_status_t quantize_linear(tsr_linear_t *l, const char *what, int32_t layer) {
-  if (l->q.data) return TSR_OK;
-  return tsr_status_annotate(tsr_qmatrix_quantize(&l->q, l->f32, l->rows, l->cols),
-                             "quantizing layer %d %s", layer, what);
+static void linear_row(void *ctx, int32_t r, float *dst) {
+  const tsr_linear_t *l = ctx;
+  view_convert(&l->src, (size_t)r * (size_t)l->cols, (size_t)l->cols, dst);
 }
+
+/* int8 of one linear; then its file pages go unless fp32 reads them. */
+static tsr_status_t quantize_linear(tsr_model_t *m, tsr_linear_t *l, const char *what,
+                                    int32_t layer) {
+  if (l->q.data) return TSR_OK;
+  tsr_status_t s = l->f32 ? tsr_qmatrix_quantize(&l->q, l->f32, l->rows, l->cols)
+                          : tsr_qmatrix_quantize_rows(&l->q, l->rows, l->cols, linear_row, l);
+  if (!s && !m->fp32_ready) view_drop_pages(&l->src);
+  return tsr_status_annotate(s, "quantizing layer %d %s", layer, what);
+}
+
+static tsr_status_t f32_linear(tsr_linear_t *l, const char *what, int32_t layer) {
+  if (l->f32) return TSR_OK;
+  return tsr_status_annotate(view_to_f32(&l->src, what, &l->f32, &l->f32_owned),
+                             "layer %d", layer);
+}
+
+/* Calls fn on every linear the model holds, in order, until one fails. */
+#define FOR_EACH_LINEAR(m, s, CALL)                                   \
+  do {                                                                \
+    for (int32_t l_ = (m)->layer0; l_ < (m)->layer1 && !(s); l_++) {  \
+      tsr_layer_t *y_ = &(m)->layers[l_];                             \
+      s = CALL(&y_->wq, "attn_q", l_);                                \
+      if (!(s)) s = CALL(&y_->wk, "attn_k", l_);                      \
+      if (!(s)) s = CALL(&y_->wv, "attn_v", l_);                      \
+      if (!(s)) s = CALL(&y_->wo, "attn_output", l_);                 \
+      if (!(s)) s = CALL(&y_->w1, "ffn_gate", l_);                    \
+      if (!(s)) s = CALL(&y_->w2, "ffn_down", l_);                    \
+      if (!(s)) s = CALL(&y_->w3, "ffn_up", l_);                      \
+    }                                                                 \
+    if (!(s) && (m)->ends) s = CALL(&(m)->output, "output", -1);      \
+  } while (0)
 
 tsr_status_t tsr_model_ensure_int8(tsr_model_t *m) {
   pthread_mutex_lock(&m->quant_lock);
   tsr_status_t s = TSR_OK;
   if (!m->quantized) {
-    for (int32_t l = m->layer0; l < m->layer1 && !s; l++) {
-      tsr_layer_t *y = &m->layers[l];
-      s = quantize_linear(&y->wq, "attn_q", l);
-      if (!s) s = quantize_linear(&y->wk, "attn_k", l);
-      if (!s) s = quantize_linear(&y->wv, "attn_v", l);
-      if (!s) s = quantize_linear(&y->wo, "attn_output", l);
-      if (!s) s = quantize_linear(&y->w1, "ffn_gate", l);
-      if (!s) s = quantize_linear(&y->w2, "ffn_down", l);
-      if (!s) s = quantize_linear(&y->w3, "ffn_up", l);
-    }
-    if (!s && m->ends) s = quantize_linear(&m->output, "output", -1);
+#define Q(l, what, layer) quantize_linear(m, l, what, layer)
+    FOR_EACH_LINEAR(m, s, Q);
+#undef Q
     m->quantized = s == TSR_OK;
+  }
+  pthread_mutex_unlock(&m->quant_lock);
+  return s;
+}
+
+tsr_status_t tsr_model_ensure_fp32(tsr_model_t *m) {
+  pthread_mutex_lock(&m->quant_lock);
+  tsr_status_t s = TSR_OK;
+  if (!m->fp32_ready) {
+    FOR_EACH_LINEAR(m, s, f32_linear);
+    m->fp32_ready = s == TSR_OK;
   }
   pthread_mutex_unlock(&m->quant_lock);
   return s;
