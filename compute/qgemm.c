@@ -105,7 +105,7 @@ const char *tsr_isa_name(tsr_isa_t isa) {
  * A true division (not x * (1/scale)) so the result is the correctly
  * rounded quotient and easy to reproduce anywhere; nearbyintf rounds ties
  * to even under the default rounding mode. NaN inputs quantize to 0. */
-static float quantize_row(int8_t *q, const float *x, int32_t k) {
+static float quantize_row_portable(int8_t *q, const float *x, int32_t k) {
   float amax = 0.0f;
   for (int32_t i = 0; i < k; ++i) {
     float v = fabsf(x[i]);
@@ -120,6 +120,19 @@ static float quantize_row(int8_t *q, const float *x, int32_t k) {
     q[i] = (int8_t)v;
   }
   return scale;
+}
+
+/* Picked once: the AVX2 form where the CPU has it (AVX-512 CPUs have
+ * AVX2), bit-identical to the portable one. */
+static float quantize_row(int8_t *q, const float *x, int32_t k) {
+  static _Atomic int isa = -1;
+  int v = atomic_load_explicit(&isa, memory_order_relaxed);
+  if (v < 0) {
+    v = (int)tsr_isa_detect();
+    atomic_store_explicit(&isa, v, memory_order_relaxed);
+  }
+  if (v >= (int)TSR_ISA_AVX2) return tsr_quantize_row_avx2(q, x, k);
+  return quantize_row_portable(q, x, k);
 }
 
 void tsr_quantize_rows(int8_t *q, float *scales, const float *x, int32_t m, int32_t k) {

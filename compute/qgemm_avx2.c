@@ -71,3 +71,47 @@ void tsr_qgemm_rows_avx2(int32_t *c, size_t ldc, const int8_t *a, size_t lda,
   for (; j + 2 <= n; j += 2) group(2, c + j, ldc, a, lda, w + (size_t)j * ldw, ldw, m, k);
   for (; j < n; ++j) group(1, c + j, ldc, a, lda, w + (size_t)j * ldw, ldw, m, k);
 }
+
+float tsr_quantize_row_avx2(int8_t *q, const float *x, int32_t k) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps();
+  int32_t i = 0;
+  /* max_ps(v, acc) keeps acc when v is NaN, as the scalar `v > amax` does */
+  for (; i + 8 <= k; i += 8)
+    vmax = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), vmax);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, vmax);
+  float amax = 0.0f;
+  for (int j = 0; j < 8; ++j)
+    if (lanes[j] > amax) amax = lanes[j];
+  for (; i < k; ++i) {
+    float v = x[i] < 0 ? -x[i] : x[i];
+    if (v > amax) amax = v;
+  }
+  const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+  const __m256 vs = _mm256_set1_ps(scale), hi = _mm256_set1_ps(127.0f),
+               lo = _mm256_set1_ps(-127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  i = 0;
+  for (; i + 32 <= k; i += 32) {
+    __m256i v32[4];
+    for (int j = 0; j < 4; ++j) {
+      __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i + 8 * j), vs),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q)); /* NaN -> 0 */
+      v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+      v32[j] = _mm256_cvtps_epi32(v);
+    }
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v32[0], v32[1]),
+                                   _mm256_packs_epi32(v32[2], v32[3]));
+    _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(p, order));
+  }
+  for (; i < k; ++i) {
+    float v = __builtin_nearbyintf(x[i] / scale);
+    if (!(v == v)) v = 0.0f;
+    if (v > 127.0f) v = 127.0f;
+    if (v < -127.0f) v = -127.0f;
+    q[i] = (int8_t)v;
+  }
+  return scale;
+}

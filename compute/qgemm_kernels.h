@@ -23,6 +23,10 @@ tsr_isa_t tsr_isa_hw(void);
  * memory once and any reformatting would cost more than it saves.
  * row_sum: sum_k W[n][k] for the n rows of this call, or NULL (the AVX-512
  * kernel then computes it on the fly; AVX2 does not need it). */
+/* The per-row symmetric quantization of qgemm.c (quantize_row), 8 floats
+ * at a time: same divisions, round-to-nearest-even, NaN to 0, clamp to
+ * [-127, 127]; bit-identical results. Returns the scale. */
+float tsr_quantize_row_avx2(int8_t *q, const float *x, int32_t k);
 void tsr_qgemm_rows_avx2(int32_t *c, size_t ldc, const int8_t *a, size_t lda,
                          const int8_t *w, size_t ldw, int32_t m, int32_t n, int32_t k);
 void tsr_qgemm_rows_avx512(int32_t *c, size_t ldc, const int8_t *a, size_t lda,

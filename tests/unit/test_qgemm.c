@@ -233,6 +233,23 @@ static void test_quantize_rows(void) {
     for (int i = 0; i < RK; ++i) bad += rq[r * RK + i] != ref_q(rx[r * RK + i], s);
   }
   CU_ASSERT_EQUAL(bad, 0);
+
+  /* a row as wide as the vector loops (8 and 32 at a time) with exact ties,
+   * a NaN (ignored by the maximum, quantized to 0) and values past the
+   * clamp, at every offset of the tail */
+  for (int k = 30; k <= 75; ++k) {
+    float w[75];
+    int8_t wq[75];
+    for (int i = 0; i < k; ++i) w[i] = (float)(i % 9) - 4.5f; /* ties: x.5 */
+    w[0] = 127.0f;
+    w[k / 2] = NAN;
+    w[k - 1] = -127.0f;
+    float ws;
+    tsr_quantize_rows(wq, &ws, w, 1, k);
+    bad = ws != 1.0f;
+    for (int i = 0; i < k; ++i) bad += wq[i] != (i == k / 2 ? 0 : ref_q(w[i], 1.0f));
+    CU_ASSERT_EQUAL(bad, 0);
+  }
 }
 
 static void test_qmatrix(void) {
