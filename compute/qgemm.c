@@ -211,7 +211,28 @@ tsr_status_t tsr_qmatrix_quantize(tsr_qmatrix_t *out, const float *w, int32_t n,
   return TSR_OK;
 }
 
-tsr_status_t tsr_qmatrix_quantize_rows(tsr_qmatrix_t *out, int32_t n, int32_t k,
+typedef struct {
+  tsr_qmatrix_t *q;
+  void (*row)(void *ctx, int32_t r, float *dst);
+  void *ctx;
+  float *tmp; /* one row per thread */
+  int32_t rows_per_task;
+} quant_job_t;
+
+static void quant_task(void *arg, int task, int thread) {
+  const quant_job_t *j = arg;
+  const int32_t k = j->q->k;
+  float *tmp = j->tmp + (size_t)thread * (size_t)k;
+  const int32_t r0 = task * j->rows_per_task;
+  const int32_t r1 = r0 + j->rows_per_task < j->q->n ? r0 + j->rows_per_task : j->q->n;
+  for (int32_t r = r0; r < r1; ++r) {
+    j->row(j->ctx, r, tmp);
+    j->q->scale[r] = quantize_row(j->q->data + (size_t)r * k, tmp, k);
+  }
+}
+
+tsr_status_t tsr_qmatrix_quantize_rows(tsr_threadpool_t *pool, tsr_qmatrix_t *out, int32_t n,
+                                       int32_t k,
                                        void (*row)(void *ctx, int32_t r, float *dst),
                                        void *ctx) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "qmatrix_quantize_rows: out is NULL");
@@ -219,21 +240,18 @@ tsr_status_t tsr_qmatrix_quantize_rows(tsr_qmatrix_t *out, int32_t n, int32_t k,
     memset(out, 0, sizeof(*out));
     return TSR_ERR(INVALID_ARGUMENT, "qmatrix_quantize_rows: no row function");
   }
-  float *tmp = malloc(sizeof(float) * (size_t)(k > 0 ? k : 1));
-  if (!tmp) {
-    memset(out, 0, sizeof(*out));
-    return TSR_ERR(RESOURCE_EXHAUSTED, "qmatrix_quantize_rows: a row of %d floats", k);
+  TSR_RETURN_IF(qmatrix_alloc(out, n, k));
+  const int threads = pool ? tsr_threadpool_size(pool) : 1;
+  quant_job_t j = {out, row, ctx, malloc(sizeof(float) * (size_t)k * (size_t)threads), 64};
+  if (!j.tmp) {
+    tsr_qmatrix_free(out);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "qmatrix_quantize_rows: %d rows of %d floats", threads,
+                   k);
   }
-  tsr_status_t s = qmatrix_alloc(out, n, k);
-  if (!s) {
-    for (int32_t r = 0; r < n; ++r) {
-      row(ctx, r, tmp);
-      out->scale[r] = quantize_row(out->data + (size_t)r * k, tmp, k);
-    }
-    qmatrix_sums(out);
-  }
-  free(tmp);
-  return s;
+  tsr_threadpool_run(pool, (n + j.rows_per_task - 1) / j.rows_per_task, quant_task, &j);
+  free(j.tmp);
+  qmatrix_sums(out);
+  return TSR_OK;
 }
 
 tsr_status_t tsr_qmatrix_from_i8(tsr_qmatrix_t *out, const int8_t *w, int32_t n, int32_t k) {

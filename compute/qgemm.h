@@ -45,8 +45,11 @@ tsr_status_t tsr_qmatrix_quantize(tsr_qmatrix_t *out, const float *w, int32_t n,
 /* The same quantization with W given one row at a time: row(ctx, r, dst)
  * writes row r (k floats) into dst, a scratch row. For weights stored in
  * another format (F16, Q8_0) the rows are converted one by one, never the
- * whole matrix; the result equals tsr_qmatrix_quantize of the converted W. */
-tsr_status_t tsr_qmatrix_quantize_rows(tsr_qmatrix_t *out, int32_t n, int32_t k,
+ * whole matrix; the result equals tsr_qmatrix_quantize of the converted W.
+ * Rows are shared among the threads of `pool` (NULL: the caller alone);
+ * `row` must be safe to call from several threads at once. */
+tsr_status_t tsr_qmatrix_quantize_rows(tsr_threadpool_t *pool, tsr_qmatrix_t *out, int32_t n,
+                                       int32_t k,
                                        void (*row)(void *ctx, int32_t r, float *dst),
                                        void *ctx);
 /* Wraps already-quantized int8 data (copied) with unit scales. */

@@ -232,7 +232,8 @@ static tsr_status_t quantize_linear(tsr_model_t *m, tsr_linear_t *l, const char 
                                     int32_t layer) {
   if (l->q.data) return TSR_OK;
   tsr_status_t s = l->f32 ? tsr_qmatrix_quantize(&l->q, l->f32, l->rows, l->cols)
-                          : tsr_qmatrix_quantize_rows(&l->q, l->rows, l->cols, linear_row, l);
+                          : tsr_qmatrix_quantize_rows(m->ctx->pool, &l->q, l->rows, l->cols,
+                                                      linear_row, l);
   if (!s && !m->fp32_ready) view_drop_pages(&l->src);
   return tsr_status_annotate(s, "quantizing layer %d %s", layer, what);
 }
