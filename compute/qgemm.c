@@ -214,6 +214,7 @@ tsr_status_t tsr_qmatrix_quantize(tsr_qmatrix_t *out, const float *w, int32_t n,
 typedef struct {
   tsr_qmatrix_t *q;
   void (*row)(void *ctx, int32_t r, float *dst);
+  void (*rows_done)(void *ctx, int32_t r0, int32_t r1);
   void *ctx;
   float *tmp; /* one row per thread */
   int32_t rows_per_task;
@@ -229,11 +230,13 @@ static void quant_task(void *arg, int task, int thread) {
     j->row(j->ctx, r, tmp);
     j->q->scale[r] = quantize_row(j->q->data + (size_t)r * k, tmp, k);
   }
+  if (j->rows_done && r1 > r0) j->rows_done(j->ctx, r0, r1);
 }
 
 tsr_status_t tsr_qmatrix_quantize_rows(tsr_threadpool_t *pool, tsr_qmatrix_t *out, int32_t n,
                                        int32_t k,
                                        void (*row)(void *ctx, int32_t r, float *dst),
+                                       void (*rows_done)(void *ctx, int32_t r0, int32_t r1),
                                        void *ctx) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "qmatrix_quantize_rows: out is NULL");
   if (!row) {
@@ -242,7 +245,8 @@ tsr_status_t tsr_qmatrix_quantize_rows(tsr_threadpool_t *pool, tsr_qmatrix_t *ou
   }
   TSR_RETURN_IF(qmatrix_alloc(out, n, k));
   const int threads = pool ? tsr_threadpool_size(pool) : 1;
-  quant_job_t j = {out, row, ctx, malloc(sizeof(float) * (size_t)k * (size_t)threads), 64};
+  quant_job_t j = {out, row, rows_done, ctx,
+                   malloc(sizeof(float) * (size_t)k * (size_t)threads), 64};
   if (!j.tmp) {
     tsr_qmatrix_free(out);
     return TSR_ERR(RESOURCE_EXHAUSTED, "qmatrix_quantize_rows: %d rows of %d floats", threads,

@@ -47,10 +47,13 @@ tsr_status_t tsr_qmatrix_quantize(tsr_qmatrix_t *out, const float *w, int32_t n,
  * another format (F16, Q8_0) the rows are converted one by one, never the
  * whole matrix; the result equals tsr_qmatrix_quantize of the converted W.
  * Rows are shared among the threads of `pool` (NULL: the caller alone);
- * `row` must be safe to call from several threads at once. */
+ * `row` must be safe to call from several threads at once; so must
+ * `rows_done` (optional), told of each range of rows [r0, r1) once they are
+ * quantized (the caller may release their source). */
 tsr_status_t tsr_qmatrix_quantize_rows(tsr_threadpool_t *pool, tsr_qmatrix_t *out, int32_t n,
                                        int32_t k,
                                        void (*row)(void *ctx, int32_t r, float *dst),
+                                       void (*rows_done)(void *ctx, int32_t r0, int32_t r1),
                                        void *ctx);
 /* Wraps already-quantized int8 data (copied) with unit scales. */
 tsr_status_t tsr_qmatrix_from_i8(tsr_qmatrix_t *out, const int8_t *w, int32_t n, int32_t k);

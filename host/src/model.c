@@ -95,14 +95,17 @@ static tsr_status_t view_to_f32(const tsr_tensor_view_t *v, const char *what,
   return TSR_OK;
 }
 
-/* Drops the pages of a view's data from this process's memory (a private
- * read-only mapping of the file: touched again, they are read back). */
-static void view_drop_pages(const tsr_tensor_view_t *v) {
-  uint64_t nb = 0;
-  if (!tsr_dtype_nbytes(v->type, (uint64_t)(v->rows * v->cols), &nb)) return;
+/* Drops the pages wholly inside rows [r0, r1) of a view's data from this
+ * process's memory (a private read-only mapping of the file: touched
+ * again, they are read back). */
+static void view_drop_rows(const tsr_tensor_view_t *v, int64_t r0, int64_t r1) {
+  uint64_t off = 0, end = 0;
+  if (!tsr_dtype_nbytes(v->type, (uint64_t)(r0 * v->cols), &off) ||
+      !tsr_dtype_nbytes(v->type, (uint64_t)(r1 * v->cols), &end))
+    return;
   const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t lo = ((uintptr_t)v->data + page - 1) & ~(page - 1);
-  uintptr_t hi = ((uintptr_t)v->data + (uintptr_t)nb) & ~(page - 1);
+  uintptr_t lo = ((uintptr_t)v->data + (uintptr_t)off + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)v->data + (uintptr_t)end) & ~(page - 1);
   if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
@@ -224,17 +227,21 @@ void tsr_model_config(const tsr_model_t *m, tsr_model_config_t *out) { *out = m-
 
 static void linear_row(void *ctx, int32_t r, float *dst) {
   const tsr_linear_t *l = ctx;
-  view_convert(&l->src, (size_t)r * (size_t)l->cols, (size_t)l->cols, dst);
+  if (l->f32) memcpy(dst, l->f32 + (size_t)r * l->cols, sizeof(float) * (size_t)l->cols);
+  else view_convert(&l->src, (size_t)r * (size_t)l->cols, (size_t)l->cols, dst);
 }
 
-/* int8 of one linear; then its file pages go unless fp32 reads them. */
+static void linear_rows_done(void *ctx, int32_t r0, int32_t r1) {
+  view_drop_rows(&((const tsr_linear_t *)ctx)->src, r0, r1);
+}
+
+/* int8 of one linear; the file's pages of the rows done go as it proceeds,
+ * unless fp32 reads them (peak memory: the int8 weights and a few rows). */
 static tsr_status_t quantize_linear(tsr_model_t *m, tsr_linear_t *l, const char *what,
                                     int32_t layer) {
   if (l->q.data) return TSR_OK;
-  tsr_status_t s = l->f32 ? tsr_qmatrix_quantize(&l->q, l->f32, l->rows, l->cols)
-                          : tsr_qmatrix_quantize_rows(m->ctx->pool, &l->q, l->rows, l->cols,
-                                                      linear_row, l);
-  if (!s && !m->fp32_ready) view_drop_pages(&l->src);
+  tsr_status_t s = tsr_qmatrix_quantize_rows(m->ctx->pool, &l->q, l->rows, l->cols, linear_row,
+                                             m->fp32_ready ? NULL : linear_rows_done, l);
   return tsr_status_annotate(s, "quantizing layer %d %s", layer, what);
 }
 
