@@ -1,0 +1,42 @@
+#!/bin/sh
+# memory.sh BUILD - the weights are used in place: the peak resident memory
+# of `tessera run` on a generated stories15M-shaped model stays below a bound
+# derived from the file's size (F bytes) plus a fixed allowance A (32 MiB:
+# the program, KV cache, activations, libraries):
+#   q8_0 file, int8   <= 1.10 F + A  (int8 weights derived row by row; no
+#                                     fp32 copy, the file's pages dropped)
+#   f32 file,  fp32   <= 1.05 F + A  (the mapping read in place)
+#   f32 file,  int8   <= 0.30 F + A  (int8 is a quarter of f32; the file's
+#                                     pages dropped once quantized)
+# Under the sanitizers the bounds do not hold (shadow memory): skipped.
+set -u
+BUILD=${1:-build}
+T="$BUILD/bin/tessera"
+[ -n "${SANITIZE:-}" ] && { echo "SKIP the sanitizers' shadow memory (SANITIZE=$SANITIZE)"; exit 77; }
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+"$T" gen-model -o "$out/q8.gguf" --preset stories15M --type q8_0 --seed 3 > /dev/null &&
+  "$T" gen-model -o "$out/f32.gguf" --preset stories15M --seed 3 > /dev/null ||
+  { echo "FAIL gen-model"; exit 1; }
+# peak RSS in KiB of a command (getrusage of the child)
+peak() {
+  "$PY" -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -1)' "$@"
+}
+check() { # file precision factor
+  f=$1 prec=$2 factor=$3
+  size=$(wc -c < "$f")
+  got=$(peak "$T" run -m "$f" -p "Once upon a time" -n 64 --temp 0 --precision "$prec" -t 2)
+  bound=$(awk -v s="$size" -v k="$factor" 'BEGIN { printf "%d", (k * s + 32 * 1048576) / 1024 }')
+  name="$(basename "$f") $prec: peak $got KiB, bound $bound KiB (${factor} x $((size / 1024)) KiB + 32 MiB)"
+  if [ "$got" -gt 0 ] && [ "$got" -le "$bound" ]; then echo "ok   $name"
+  else echo "FAIL $name"; fail=1; fi
+}
+check "$out/q8.gguf" int8 1.10
+check "$out/f32.gguf" fp32 1.05
+check "$out/f32.gguf" int8 0.30
+exit $fail
