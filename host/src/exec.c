@@ -226,16 +226,18 @@ static tsr_status_t alloc_scratch(tsr_exec_t *o) {
   o->q = malloc(sizeof(float) * R * q_dim);
   o->k = malloc(sizeof(float) * R * kv_dim);
   o->v = malloc(sizeof(float) * R * kv_dim);
-  o->att = malloc(sizeof(float) * (size_t)n_threads * (size_t)o->max_seq);
+  o->att = malloc(sizeof(float) * (size_t)n_threads * TSR_ATTN_ROW_BLOCK * (size_t)o->max_seq);
   o->logits = malloc(sizeof(float) * R * (size_t)c->vocab_size);
   o->logit_rows = malloc(sizeof(int32_t) * R);
-  o->row_entry = malloc(sizeof(int32_t) * R);
+  o->attn_block_entry = malloc(sizeof(int32_t) * R);
+  o->attn_block_row = malloc(sizeof(int32_t) * R);
   o->pass = malloc(sizeof(tsr_pass_entry_t) * R);
   o->qa = malloc(R * widest_in);
   o->qa_scale = malloc(sizeof(float) * R);
   o->acc = malloc(sizeof(int32_t) * R * widest_out);
   if (!o->x || !o->xb || !o->xb2 || !o->hb || !o->hb2 || !o->q || !o->k || !o->v || !o->att ||
-      !o->logits || !o->logit_rows || !o->row_entry || !o->pass || !o->qa || !o->qa_scale ||
+      !o->logits || !o->logit_rows || !o->attn_block_entry ||
+      !o->attn_block_row || !o->pass || !o->qa || !o->qa_scale ||
       !o->acc)
     return TSR_ERR(RESOURCE_EXHAUSTED, "engine: scratch for %zu rows", R);
   return TSR_OK;
@@ -377,7 +379,8 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   free(o->att);
   free(o->logits);
   free(o->logit_rows);
-  free(o->row_entry);
+  free(o->attn_block_entry);
+  free(o->attn_block_row);
   free(o->pass);
   free(o->qa);
   free(o->qa_scale);

@@ -244,14 +244,40 @@ const float *tsr_batch_logits(const tsr_batch_t *b, size_t index) {
 
 /* ---- the forward pass ---- */
 
-/* Reference attention of the rows of one pass, one task per (row, head):
- * each row over its own sequence's cache. */
+/* Reference attention of the rows of one pass. One task per (block of up
+ * to TSR_ATTN_ROW_BLOCK consecutive rows of one entry, head): every row
+ * over its own sequence's cache up to its position, each key and value row
+ * read once for the whole block. A row's scores, softmax and weighted sum
+ * are computed in the same order as for a row alone. */
 typedef struct {
   tsr_exec_t *o;
   const tsr_pass_entry_t *pe;
-  const int32_t *row_entry; /* (R) entry of each row */
+  const int32_t *block_entry; /* (blocks) entry of each row block */
+  const int32_t *block_row;   /* (blocks) first row of each block  */
   int32_t layer;
 } attn_args_t;
+
+/* q . k over n floats in 8 independent lanes (vectorized by the compiler;
+ * the lanes are summed in a fixed order, so the result is the same on every
+ * machine and every run). */
+static inline float dot_lanes(const float *a, const float *b, int32_t n) {
+  float acc[8] = {0};
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* y += w x over n floats (elementwise; blocks of 8 the compiler
+ * vectorizes). */
+static inline void axpy(float *restrict y, const float *restrict x, float w, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) y[i + l] += w * x[i + l];
+  for (; i < n; i++) y[i] += w * x[i];
+}
 
 static void attn_task(void *arg, int task, int thread) {
   const attn_args_t *a = arg;
@@ -259,28 +285,38 @@ static void attn_task(void *arg, int task, int thread) {
   const tsr_model_config_t *c = &o->model->cfg;
   const int32_t hs = c->head_dim, kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
   const int32_t kv_mul = c->n_heads / c->n_kv_heads;
-  const int32_t r = task / c->n_heads, h = task % c->n_heads;
-  const tsr_pass_entry_t *pe = &a->pe[a->row_entry[r]];
+  const int32_t blk = task / c->n_heads, h = task % c->n_heads;
+  const tsr_pass_entry_t *pe = &a->pe[a->block_entry[blk]];
   const tsr_seq_t *s = pe->seq;
-  const int32_t pos = pe->pos0 + (r - pe->row0);
+  const int32_t r0 = a->block_row[blk];
+  const int32_t left = pe->row0 + pe->n - r0;
+  const int32_t nb = left < TSR_ATTN_ROW_BLOCK ? left : TSR_ATTN_ROW_BLOCK;
+  const int32_t pos0 = pe->pos0 + (r0 - pe->row0); /* position of the first row */
   const size_t loff =
       (size_t)(a->layer - o->model->layer0) * (size_t)s->max_seq * (size_t)kv_dim;
-  const float *q = o->q + (size_t)r * q_dim + (size_t)h * hs;
-  float *att = o->att + (size_t)thread * (size_t)o->max_seq;
+  const size_t hoff = (size_t)(h / kv_mul) * hs;
+  const size_t ms = (size_t)o->max_seq;
+  float *att = o->att + (size_t)thread * TSR_ATTN_ROW_BLOCK * ms;
   const float scale = sqrtf((float)hs);
-  for (int32_t p = 0; p <= pos; p++) {
-    const float *k = s->key_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
-    float score = 0.0f;
-    for (int32_t i = 0; i < hs; i++) score += q[i] * k[i];
-    att[p] = score / scale;
+  const float *q[TSR_ATTN_ROW_BLOCK];
+  for (int32_t j = 0; j < nb; j++) q[j] = o->q + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
+  /* scores: row j sees positions 0 .. pos0 + j */
+  const int32_t last = pos0 + nb - 1;
+  for (int32_t p = 0; p <= last; p++) {
+    const float *k = s->key_cache + loff + (size_t)p * kv_dim + hoff;
+    for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
+      att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) / scale;
   }
-  tsr_softmax(att, pos + 1);
-  float *xb = o->xb + (size_t)r * q_dim + (size_t)h * hs;
-  memset(xb, 0, sizeof(float) * (size_t)hs);
-  for (int32_t p = 0; p <= pos; p++) {
-    const float *v = s->value_cache + loff + (size_t)p * kv_dim + (size_t)(h / kv_mul) * hs;
-    const float w = att[p];
-    for (int32_t i = 0; i < hs; i++) xb[i] += w * v[i];
+  float *xb[TSR_ATTN_ROW_BLOCK];
+  for (int32_t j = 0; j < nb; j++) {
+    tsr_softmax(att + (size_t)j * ms, pos0 + j + 1);
+    xb[j] = o->xb + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
+    memset(xb[j], 0, sizeof(float) * (size_t)hs);
+  }
+  for (int32_t p = 0; p <= last; p++) {
+    const float *v = s->value_cache + loff + (size_t)p * kv_dim + hoff;
+    for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
+      axpy(xb[j], v, att[(size_t)j * ms + (size_t)p], hs);
   }
 }
 
@@ -294,7 +330,6 @@ int32_t tsr_graph_final_begin(const tsr_graph_t *g) {
  * interpreting the graph. */
 tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_e, int32_t R,
                                int32_t n_logits, int32_t first, int32_t end) {
-  int32_t *row_entry = o->row_entry;
   const tsr_model_t *m = o->model;
   const tsr_model_config_t *c = &m->cfg;
   const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
@@ -308,8 +343,6 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
       [TSR_T_XB2] = o->xb2, [TSR_T_HB] = o->hb,   [TSR_T_HB2] = o->hb2,
       [TSR_T_LOGITS] = o->logits};
   const tsr_offload_scratch_t sc = {o->qa, o->qa_scale, o->acc};
-  for (int i = 0; i < n_e; i++)
-    for (int32_t r = 0; r < pe[i].n; r++) row_entry[pe[i].row0 + r] = i;
   if (first == 0) {
     o->passes++;
     o->pass_rows += (uint64_t)R;
@@ -379,13 +412,20 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
                                     o->xb + (size_t)pe[e].row0 * q_dim);
           break;
         }
-        attn_args_t aa = {o, pe, row_entry, n->layer};
+        /* row blocks: consecutive rows of one entry */
+        int32_t n_blocks = 0;
+        for (int e = 0; e < n_e; e++)
+          for (int32_t t = 0; t < pe[e].n; t += TSR_ATTN_ROW_BLOCK) {
+            o->attn_block_entry[n_blocks] = e;
+            o->attn_block_row[n_blocks++] = pe[e].row0 + t;
+          }
+        attn_args_t aa = {o, pe, o->attn_block_entry, o->attn_block_row, n->layer};
         /* Waking workers costs microseconds: only worth it for enough work. */
         double work = 0;
         for (int e = 0; e < n_e; e++)
           work += (double)pe[e].n * c->n_heads * (pe[e].pos0 + pe[e].n) * hs;
         tsr_threadpool_run(work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
-                           R * c->n_heads, attn_task, &aa);
+                           n_blocks * c->n_heads, attn_task, &aa);
         break;
       }
       case TSR_NODE_ADD: {

@@ -161,7 +161,8 @@ struct tsr_engine {
   /* forward-pass scratch for max_rows rows (forward.c) */
   float *x, *xb, *xb2, *hb, *hb2, *q, *k, *v, *att, *logits;
   int32_t *logit_rows;       /* (max_rows) batch row of each logits row */
-  int32_t *row_entry;        /* (max_rows) pass entry of each row */
+  int32_t *attn_block_entry; /* (max_rows) pass entry of each attention row block */
+  int32_t *attn_block_row;   /* (max_rows) first row of each block            */
   tsr_pass_entry_t *pass;    /* (max_rows) the entries of one pass */
   int8_t *qa;
   float *qa_scale;
@@ -275,5 +276,10 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out);
 
 /* The engine of a session (forward.c), for tests and reports. */
 tsr_exec_t *tsr_session_exec(const tsr_session_t *s);
+
+/* Query rows of one sequence whose reference attention runs together (each
+ * key and value row read once for all of them); o->att holds that many
+ * score rows per thread. */
+#define TSR_ATTN_ROW_BLOCK 8
 
 #endif
