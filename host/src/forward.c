@@ -320,6 +320,52 @@ static void attn_task(void *arg, int task, int thread) {
   }
 }
 
+/* The light ops of a pass, a task per row (or per block of rows): the same
+ * arithmetic per row as on one thread, shared among the pool's threads when
+ * the pass has enough rows to pay for waking them. */
+#define TSR_LIGHT_PARALLEL_ROWS 8
+
+typedef struct {
+  tsr_exec_t *o;
+  const tsr_node_t *n;
+  const tsr_pass_entry_t *pe;
+  int n_e;
+  int32_t R;
+} light_args_t;
+
+static void rmsnorm_task(void *arg, int r, int thread) {
+  const light_args_t *a = arg;
+  const tsr_model_config_t *c = &a->o->model->cfg;
+  tsr_rmsnorm(a->o->xb + (size_t)r * c->dim, a->o->x + (size_t)r * c->dim, a->n->norm_w, c->dim,
+              c->rms_eps);
+}
+
+static void swiglu_task(void *arg, int r, int thread) {
+  const light_args_t *a = arg;
+  const size_t hd = (size_t)a->o->model->cfg.hidden_dim;
+  tsr_swiglu(a->o->hb + (size_t)r * hd, a->o->hb2 + (size_t)r * hd, (int32_t)hd);
+}
+
+static void rope_task(void *arg, int r, int thread) {
+  const light_args_t *a = arg;
+  const tsr_model_config_t *c = &a->o->model->cfg;
+  int lo = 0, hi = a->n_e - 1; /* the entry holding row r (entries are in row order) */
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a->pe[mid].row0 <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  const int e = lo;
+  const int32_t pos = a->pe[e].pos0 + (r - a->pe[e].row0), hs = c->head_dim;
+  tsr_rope(a->o->q + (size_t)r * c->n_heads * hs, c->n_heads, hs, pos, c->rope_theta);
+  tsr_rope(a->o->k + (size_t)r * c->n_kv_heads * hs, c->n_kv_heads, hs, pos, c->rope_theta);
+}
+
+static void light_run(const light_args_t *a, void (*fn)(void *, int, int)) {
+  tsr_threadpool_run(a->R >= TSR_LIGHT_PARALLEL_ROWS ? a->o->model->ctx->pool : NULL, a->R, fn,
+                     (void *)a);
+}
+
 int32_t tsr_graph_final_begin(const tsr_graph_t *g) {
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (tsr_node_is_final(&g->nodes[i])) return i;
@@ -332,7 +378,7 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
                                int32_t n_logits, int32_t first, int32_t end) {
   const tsr_model_t *m = o->model;
   const tsr_model_config_t *c = &m->cfg;
-  const int32_t dim = c->dim, hd = c->hidden_dim, hs = c->head_dim;
+  const int32_t dim = c->dim, hs = c->head_dim;
   const int32_t kv_dim = c->n_kv_heads * hs, q_dim = c->n_heads * hs;
   const tsr_graph_t *g = &o->graph;
   const tsr_plan_t *plan = tsr_exec_plan(o, R);
@@ -373,19 +419,15 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             tsr_rmsnorm(o->xb + (size_t)j * dim, o->x + (size_t)o->logit_rows[j] * dim,
                         n->norm_w, dim, c->rms_eps);
         } else {
-          for (int32_t r = 0; r < R; r++)
-            tsr_rmsnorm(o->xb + (size_t)r * dim, o->x + (size_t)r * dim, n->norm_w, dim,
-                        c->rms_eps);
+          const light_args_t la = {o, n, pe, n_e, R};
+          light_run(&la, rmsnorm_task);
         }
         break;
-      case TSR_NODE_ROPE:
-        for (int e = 0; e < n_e; e++)
-          for (int32_t t = 0; t < pe[e].n; t++) {
-            const int32_t r = pe[e].row0 + t, pos = pe[e].pos0 + t;
-            tsr_rope(o->q + (size_t)r * q_dim, c->n_heads, hs, pos, c->rope_theta);
-            tsr_rope(o->k + (size_t)r * kv_dim, c->n_kv_heads, hs, pos, c->rope_theta);
-          }
+      case TSR_NODE_ROPE: {
+        const light_args_t la = {o, n, pe, n_e, R};
+        light_run(&la, rope_task);
         break;
+      }
       case TSR_NODE_KV_APPEND:
         for (int e = 0; e < n_e && !st; e++) {
           tsr_seq_t *s = pe[e].seq;
@@ -433,9 +475,11 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
         for (size_t j = 0; j < (size_t)R * dim; j++) o->x[j] += in[j];
         break;
       }
-      case TSR_NODE_SWIGLU:
-        tsr_swiglu(o->hb, o->hb2, R * hd);
+      case TSR_NODE_SWIGLU: {
+        const light_args_t la = {o, n, pe, n_e, R};
+        light_run(&la, swiglu_task);
         break;
+      }
       case TSR_NODE_MATMUL:
       case TSR_NODE_OP_COUNT:
         break;
