@@ -9,12 +9,16 @@
  *   - int8 peak: a register-only vpdpbusd loop (vpmaddwd on AVX2) on all
  *     threads, 2 ops per multiply-accumulate;
  *   - fp32 peak: a register-only FMA loop on all threads, 2 flops per FMA;
- * and the kernels are reported as a fraction of them: GEMV (small M) is
- * memory bound and compared with the bandwidth, GEMM with the int8 peak.
+ * and each kernel is reported as a fraction of the limit that bounds it,
+ * measured again before each of its runs and reported with it: GEMV (small
+ * M) against the read bandwidth over an array of its own bytes (a 56 MiB
+ * weight matrix may be read faster than a 1 GiB array), GEMM against the
+ * int8 peak; the fraction is the ratio of the two reported medians.
  */
 #ifndef TSR_BENCH_H
 #define TSR_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,15 +44,18 @@ typedef struct tsr_bench_opts {
 
 typedef struct tsr_bench_kernel_result {
   tsr_bench_shape_t shape;
-  double seconds;   /* median time of one tsr_qgemm call                   */
+  double seconds;   /* median time of one tsr_qgemm call (paired runs)     */
   double gops;      /* 2*m*n*k / seconds / 1e9                             */
   double gbps;      /* weight + activation bytes read / seconds / 1e9      */
-  double frac_bw;   /* gbps / mem_bw_gbps (meaningful for small m); for
-                       m < 16 the median of per-run ratios, each run paired
-                       with a bandwidth measurement taken just before it   */
-  double frac_peak; /* gops / int8_peak_gops (meaningful for large m); for
-                       m >= 16 the median of per-run ratios to a peak
-                       measured just before each run                       */
+  bool memory_bound; /* m < 16: bounded by reading the weights, else by
+                        the int8 arithmetic peak                           */
+  /* The limit that bounds it, measured right before each of its runs (so
+   * both see the same load on a shared machine), median: read bandwidth
+   * over an array of the kernel's own bytes (GB/s), or the int8 peak
+   * (GOPS). */
+  double limit;
+  size_t limit_bytes; /* the bandwidth array (memory-bound rows)            */
+  double frac;        /* gbps / limit or gops / limit: the printed figures */
 } tsr_bench_kernel_result_t;
 
 typedef struct tsr_bench_kernel_results {
