@@ -279,6 +279,10 @@ static inline void axpy(float *restrict y, const float *restrict x, float w, int
   for (; i < n; i++) y[i] += w * x[i];
 }
 
+/* An AVX2 clone where the CPU has it (chosen at load by the dynamic
+ * linker): 8-wide vectors instead of 4 for the same lanes, and no FMA (the
+ * clone is not built for it), so its results equal the baseline's. */
+__attribute__((target_clones("avx2", "default")))
 static void attn_task(void *arg, int task, int thread) {
   const attn_args_t *a = arg;
   tsr_exec_t *o = a->o;
@@ -294,8 +298,9 @@ static void attn_task(void *arg, int task, int thread) {
   const int32_t pos0 = pe->pos0 + (r0 - pe->row0); /* position of the first row */
   const size_t loff =
       (size_t)(a->layer - o->model->layer0) * (size_t)s->max_seq * (size_t)kv_dim;
-  const size_t hoff = (size_t)(h / kv_mul) * hs;
   const size_t ms = (size_t)o->max_seq;
+  /* this head's keys and values: s->max_seq positions of hs floats in order */
+  const size_t hoff = (size_t)(h / kv_mul) * (size_t)s->max_seq * hs;
   float *att = o->att + (size_t)thread * TSR_ATTN_ROW_BLOCK * ms;
   const float scale = sqrtf((float)hs);
   const float *q[TSR_ATTN_ROW_BLOCK];
@@ -303,7 +308,7 @@ static void attn_task(void *arg, int task, int thread) {
   /* scores: row j sees positions 0 .. pos0 + j */
   const int32_t last = pos0 + nb - 1;
   for (int32_t p = 0; p <= last; p++) {
-    const float *k = s->key_cache + loff + (size_t)p * kv_dim + hoff;
+    const float *k = s->key_cache + loff + hoff + (size_t)p * hs;
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
       att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) / scale;
   }
@@ -314,7 +319,7 @@ static void attn_task(void *arg, int task, int thread) {
     memset(xb[j], 0, sizeof(float) * (size_t)hs);
   }
   for (int32_t p = 0; p <= last; p++) {
-    const float *v = s->value_cache + loff + (size_t)p * kv_dim + hoff;
+    const float *v = s->value_cache + loff + hoff + (size_t)p * hs;
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
       axpy(xb[j], v, att[(size_t)j * ms + (size_t)p], hs);
   }
@@ -437,12 +442,16 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             st = tsr_exec_kv_append(o, s, n->layer, pe[e].pos0, pe[e].n, k, v);
             continue;
           }
-          const size_t loff =
-              (size_t)(n->layer - m->layer0) * (size_t)s->max_seq * (size_t)kv_dim;
-          memcpy(s->key_cache + loff + (size_t)pe[e].pos0 * kv_dim, k,
-                 sizeof(float) * (size_t)pe[e].n * kv_dim);
-          memcpy(s->value_cache + loff + (size_t)pe[e].pos0 * kv_dim, v,
-                 sizeof(float) * (size_t)pe[e].n * kv_dim);
+          /* per layer and KV head, the positions in order (hs floats each) */
+          const size_t ms = (size_t)s->max_seq;
+          const size_t loff = (size_t)(n->layer - m->layer0) * ms * (size_t)kv_dim;
+          for (int32_t t = 0; t < pe[e].n; t++)
+            for (int32_t kh = 0; kh < c->n_kv_heads; kh++) {
+              const size_t at = loff + ((size_t)kh * ms + (size_t)(pe[e].pos0 + t)) * hs;
+              const size_t from = (size_t)t * kv_dim + (size_t)kh * hs;
+              memcpy(s->key_cache + at, k + from, sizeof(float) * (size_t)hs);
+              memcpy(s->value_cache + at, v + from, sizeof(float) * (size_t)hs);
+            }
         }
         break;
       case TSR_NODE_ATTENTION: {

@@ -100,7 +100,8 @@ struct tsr_seq {
   tsr_exec_t *eng;    /* borrowed, must outlive */
   int32_t pos;        /* positions in the cache */
   int32_t max_seq;
-  /* reference (fp32) attention: (n_layers, max_seq, kv_dim) each */
+  /* reference (fp32) attention: (layers, n_kv_heads, max_seq, head_dim) each:
+   * a head's positions are read in order */
   float *key_cache, *value_cache;
   /* int8 attention: host copy per layer, device copy where planned */
   tsr_attn_cache_t *kv8;     /* (n_layers) */
