@@ -59,15 +59,17 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --mpi-split S      layers (pipeline, default) | rows (sequences per rank)\n"    \
   "      --mpi-timeout MS   longest wait for another rank (default 60000)\n"
 
-/* The session options shared by run and plan: --precision (fp32 | int8)
- * and --attn (a pattern, tsr_attn_pattern_parse). Returns like
+/* The session options shared by run and plan: --precision (fp32 | int8),
+ * --attn (a pattern, tsr_attn_pattern_parse) and --kv (f32 | f16). Returns like
  * cli_device_option. */
 int cli_session_option(const char *cmd, int argc, char **argv, int *i,
                        tsr_session_options_t *opts);
 #define CLI_ATTN_HELP                                                                      \
   "      --attn P           attention: ref (fp32, default) or int8 block-sparse:\n"         \
   "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n" \
-  "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"
+  "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"    \
+  "      --kv T             the ref attention's KV cache: f32 (default) | f16 (half the\n" \
+  "                         memory and bytes per token; keys and values rounded)\n"
 
 /* Whether a token's piece is part of the text: not empty and not a lone
  * unprintable byte (as llama2.c prints). `tessera run` and the server's

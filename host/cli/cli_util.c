@@ -151,6 +151,14 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
       fprintf(stderr, "tessera %s: --precision: '%s' is not fp32 or int8\n", cmd, v);
       return -1;
     }
+  } else if (!strcmp(a, "--kv")) {
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(v, "f32")) opts->kv_type = TSR_KV_F32;
+    else if (!strcmp(v, "f16")) opts->kv_type = TSR_KV_F16;
+    else {
+      fprintf(stderr, "tessera %s: --kv: '%s' is not f32 or f16\n", cmd, v);
+      return -1;
+    }
   } else if (!strcmp(a, "--attn")) {
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     tsr_status_t s = tsr_attn_pattern_parse(v, &opts->attn);

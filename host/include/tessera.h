@@ -275,6 +275,14 @@ typedef enum tsr_precision {
   TSR_PRECISION_INT8 = 1, /* W8A8: int8 weights per channel, int8 acts per row */
 } tsr_precision_t;
 
+/* Storage of the reference attention's KV cache (TSR_ATTN_REFERENCE). */
+typedef enum tsr_kv_type {
+  TSR_KV_F32 = 0, /* fp32: the attention as the reference computes it        */
+  TSR_KV_F16 = 1, /* fp16 (round to nearest even): half the memory and the
+                     bytes read per decoded token; keys and values are
+                     rounded, the arithmetic stays fp32                     */
+} tsr_kv_type_t;
+
 /* Attention paths. TSR_ATTN_REFERENCE is the fp32 attention of the
  * reference implementation. Every other kind runs int8 block-sparse
  * attention: per head, Q and the KV cache are quantized per token (int8 +
@@ -356,6 +364,9 @@ typedef struct tsr_session_options {
    * ranks never compute together). Range [0, 1024]; more than the ranks
    * count as the ranks. */
   int32_t mpi_depth;
+  /* The reference attention's KV cache (default TSR_KV_F32). The int8
+   * attention patterns keep their own int8 cache and ignore it. */
+  tsr_kv_type_t kv_type;
 } tsr_session_options_t;
 
 TSR_API void tsr_session_options_init(tsr_session_options_t *opts);

@@ -254,6 +254,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
   o->ctx = ctx;
   o->model = model;
   o->precision = opts->precision;
+  o->kv_type = opts->kv_type;
   o->split = ctx->opts.split;
   o->max_seq = opts->max_seq ? opts->max_seq : c->seq_len;
   o->max_rows = opts->max_batch_rows;

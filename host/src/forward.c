@@ -15,7 +15,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TSR_FWD_X86 1
+#endif
 
+#include "compute/dtype.h"
 #include "dist.h"
 #include "offload.h"
 
@@ -57,6 +62,11 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   if (o.max_batch_rows < 0 || o.max_batch_rows > TSR_MAX_BATCH_ROWS)
     return TSR_ERR(OUT_OF_RANGE, "max_batch_rows %d outside [0, %d]", o.max_batch_rows,
                    TSR_MAX_BATCH_ROWS);
+  if (o.kv_type != TSR_KV_F32 && o.kv_type != TSR_KV_F16)
+    return TSR_ERR(INVALID_ARGUMENT, "kv_type: unknown value %d", (int)o.kv_type);
+  if (o.kv_type == TSR_KV_F16 && c->head_dim > TSR_ATTN_MAX_HEAD_DIM)
+    return TSR_ERR(OUT_OF_RANGE, "kv_type fp16: head_dim %d exceeds %d", c->head_dim,
+                   TSR_ATTN_MAX_HEAD_DIM);
   if (o.mpi_depth < 0 || o.mpi_depth > 1024)
     return TSR_ERR(OUT_OF_RANGE, "mpi_depth %d outside [0, 1024]", o.mpi_depth);
   TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&o.attn), "attn");
@@ -114,10 +124,17 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
     /* fp32 reference attention: the fp32 cache only */
     const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     const size_t n = (size_t)(m->layer1 - m->layer0) * (size_t)s->max_seq * kv_dim;
-    s->key_cache = calloc(n, sizeof(float));
-    s->value_cache = calloc(n, sizeof(float));
-    if (!s->key_cache || !s->value_cache)
-      st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: KV cache of %zu floats", 2 * n);
+    if (e->kv_type == TSR_KV_F16) {
+      s->key_cache16 = calloc(n, sizeof(uint16_t));
+      s->value_cache16 = calloc(n, sizeof(uint16_t));
+      if (!s->key_cache16 || !s->value_cache16)
+        st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: fp16 KV cache of %zu values", 2 * n);
+    } else {
+      s->key_cache = calloc(n, sizeof(float));
+      s->value_cache = calloc(n, sizeof(float));
+      if (!s->key_cache || !s->value_cache)
+        st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: KV cache of %zu floats", 2 * n);
+    }
   } else if (here) {
     /* int8 attention: the int8 cache (and its device copies) only */
     s->kv8 = calloc(L, sizeof *s->kv8);
@@ -153,6 +170,8 @@ void tsr_seq_destroy(tsr_seq_t *s) {
   free(s->kv_ok);
   free(s->key_cache);
   free(s->value_cache);
+  free(s->key_cache16);
+  free(s->value_cache16);
   free(s);
 }
 
@@ -244,6 +263,9 @@ const float *tsr_batch_logits(const tsr_batch_t *b, size_t index) {
 
 /* ---- the forward pass ---- */
 
+/* Converts n fp16 values of a cache row to fp32. */
+typedef void (*f16_row_fn)(float *dst, const uint16_t *src, int32_t n);
+
 /* Reference attention of the rows of one pass. One task per (block of up
  * to TSR_ATTN_ROW_BLOCK consecutive rows of one entry, head): every row
  * over its own sequence's cache up to its position, each key and value row
@@ -255,12 +277,14 @@ typedef struct {
   const int32_t *block_entry; /* (blocks) entry of each row block */
   const int32_t *block_row;   /* (blocks) first row of each block  */
   int32_t layer;
+  f16_row_fn f16; /* the cache is fp16: its rows converted with this */
 } attn_args_t;
 
 /* q . k over n floats in 8 independent lanes (vectorized by the compiler;
  * the lanes are summed in a fixed order, so the result is the same on every
  * machine and every run). */
-static inline float dot_lanes(const float *a, const float *b, int32_t n) {
+static inline __attribute__((always_inline)) float dot_lanes(const float *a, const float *b,
+                                                            int32_t n) {
   float acc[8] = {0};
   int32_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -272,18 +296,39 @@ static inline float dot_lanes(const float *a, const float *b, int32_t n) {
 
 /* y += w x over n floats (elementwise; blocks of 8 the compiler
  * vectorizes). */
-static inline void axpy(float *restrict y, const float *restrict x, float w, int32_t n) {
+static inline __attribute__((always_inline)) void axpy(float *restrict y,
+                                                      const float *restrict x, float w,
+                                                      int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; l++) y[i + l] += w * x[i + l];
   for (; i < n; i++) y[i] += w * x[i];
 }
 
-/* An AVX2 clone where the CPU has it (chosen at load by the dynamic
- * linker): 8-wide vectors instead of 4 for the same lanes, and no FMA (the
- * clone is not built for it), so its results equal the baseline's. */
-__attribute__((target_clones("avx2", "default")))
-static void attn_task(void *arg, int task, int thread) {
+/* fp16 cache rows to fp32 (exact either way). */
+static void f16_row_portable(float *dst, const uint16_t *src, int32_t n) {
+  for (int32_t i = 0; i < n; i++) dst[i] = tsr_f16_to_f32(src[i]);
+}
+
+#ifdef TSR_FWD_X86
+__attribute__((target("f16c,avx"))) static void f16_row_f16c(float *dst, const uint16_t *src,
+                                                             int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+  for (; i < n; i++) dst[i] = tsr_f16_to_f32(src[i]);
+}
+
+static f16_row_fn f16_row(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") ? f16_row_f16c
+                                                                         : f16_row_portable;
+}
+#else
+static f16_row_fn f16_row(void) { return f16_row_portable; }
+#endif
+
+static inline __attribute__((always_inline)) void attn_body(void *arg, int task, int thread) {
   const attn_args_t *a = arg;
   tsr_exec_t *o = a->o;
   const tsr_model_config_t *c = &o->model->cfg;
@@ -303,12 +348,15 @@ static void attn_task(void *arg, int task, int thread) {
   const size_t hoff = (size_t)(h / kv_mul) * (size_t)s->max_seq * hs;
   float *att = o->att + (size_t)thread * TSR_ATTN_ROW_BLOCK * ms;
   const float scale = sqrtf((float)hs);
+  float kf[TSR_ATTN_MAX_HEAD_DIM]; /* an fp16 cache row, converted */
   const float *q[TSR_ATTN_ROW_BLOCK];
   for (int32_t j = 0; j < nb; j++) q[j] = o->q + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
   /* scores: row j sees positions 0 .. pos0 + j */
   const int32_t last = pos0 + nb - 1;
   for (int32_t p = 0; p <= last; p++) {
-    const float *k = s->key_cache + loff + hoff + (size_t)p * hs;
+    const size_t at = loff + hoff + (size_t)p * hs;
+    const float *k = s->key_cache + at;
+    if (a->f16) a->f16(kf, s->key_cache16 + at, hs), k = kf;
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
       att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) / scale;
   }
@@ -319,10 +367,31 @@ static void attn_task(void *arg, int task, int thread) {
     memset(xb[j], 0, sizeof(float) * (size_t)hs);
   }
   for (int32_t p = 0; p <= last; p++) {
-    const float *v = s->value_cache + loff + hoff + (size_t)p * hs;
+    const size_t at = loff + hoff + (size_t)p * hs;
+    const float *v = s->value_cache + at;
+    if (a->f16) a->f16(kf, s->value_cache16 + at, hs), v = kf;
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
       axpy(xb[j], v, att[(size_t)j * ms + (size_t)p], hs);
   }
+}
+
+static void attn_task(void *arg, int task, int thread) { attn_body(arg, task, thread); }
+
+#ifdef TSR_FWD_X86
+/* The same attention built for AVX2 (chosen at run time where the CPU has
+ * it): 8-wide vectors for the same lanes and no FMA (the function is not
+ * built for it), so its results equal the baseline's. */
+__attribute__((target("avx2"))) static void attn_task_avx2(void *arg, int task, int thread) {
+  attn_body(arg, task, thread);
+}
+#endif
+
+static tsr_task_fn attn_fn(void) {
+#ifdef TSR_FWD_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) return attn_task_avx2;
+#endif
+  return attn_task;
 }
 
 /* The light ops of a pass, a task per row (or per block of rows): the same
@@ -449,6 +518,13 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             for (int32_t kh = 0; kh < c->n_kv_heads; kh++) {
               const size_t at = loff + ((size_t)kh * ms + (size_t)(pe[e].pos0 + t)) * hs;
               const size_t from = (size_t)t * kv_dim + (size_t)kh * hs;
+              if (o->kv_type == TSR_KV_F16) {
+                for (int32_t j = 0; j < hs; j++) {
+                  s->key_cache16[at + (size_t)j] = tsr_f32_to_f16(k[from + (size_t)j]);
+                  s->value_cache16[at + (size_t)j] = tsr_f32_to_f16(v[from + (size_t)j]);
+                }
+                continue;
+              }
               memcpy(s->key_cache + at, k + from, sizeof(float) * (size_t)hs);
               memcpy(s->value_cache + at, v + from, sizeof(float) * (size_t)hs);
             }
@@ -470,13 +546,14 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             o->attn_block_entry[n_blocks] = e;
             o->attn_block_row[n_blocks++] = pe[e].row0 + t;
           }
-        attn_args_t aa = {o, pe, o->attn_block_entry, o->attn_block_row, n->layer};
+        attn_args_t aa = {o, pe, o->attn_block_entry, o->attn_block_row, n->layer,
+                          o->kv_type == TSR_KV_F16 ? f16_row() : NULL};
         /* Waking workers costs microseconds: only worth it for enough work. */
         double work = 0;
         for (int e = 0; e < n_e; e++)
           work += (double)pe[e].n * c->n_heads * (pe[e].pos0 + pe[e].n) * hs;
         tsr_threadpool_run(work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
-                           n_blocks * c->n_heads, attn_task, &aa);
+                           n_blocks * c->n_heads, attn_fn(), &aa);
         break;
       }
       case TSR_NODE_ADD: {

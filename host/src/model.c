@@ -16,34 +16,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "compute/dtype.h"
 #include "dist.h"
 #include "internal.h"
-
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else { /* subnormal: renormalize */
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        exp--;
-      }
-      mant &= 0x3FF;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 /* Converts elements [e0, e0 + n) of a view to fp32. Q8_0 ranges start and
  * end on a block (the loaders check that rows are whole blocks). */
@@ -55,14 +30,14 @@ static void view_convert(const tsr_tensor_view_t *v, size_t e0, size_t n, float 
     for (size_t i = 0; i < n; i++) {
       uint16_t h;
       memcpy(&h, src + 2 * (e0 + i), 2);
-      f[i] = half_to_float(h);
+      f[i] = tsr_f16_to_f32(h);
     }
   } else { /* TSR_DTYPE_Q8_0 */
     for (size_t b = 0; b < n / 32; b++) {
       const uint8_t *blk = src + (e0 / 32 + b) * 34;
       uint16_t h;
       memcpy(&h, blk, 2);
-      float d = half_to_float(h);
+      float d = tsr_f16_to_f32(h);
       for (int j = 0; j < 32; j++) f[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
     }
   }

@@ -100,9 +100,10 @@ struct tsr_seq {
   tsr_exec_t *eng;    /* borrowed, must outlive */
   int32_t pos;        /* positions in the cache */
   int32_t max_seq;
-  /* reference (fp32) attention: (layers, n_kv_heads, max_seq, head_dim) each:
-   * a head's positions are read in order */
+  /* reference attention: (layers, n_kv_heads, max_seq, head_dim) each, a
+   * head's positions read in order; fp32, or fp16 (TSR_KV_F16) */
   float *key_cache, *value_cache;
+  uint16_t *key_cache16, *value_cache16;
   /* int8 attention: host copy per layer, device copy where planned */
   tsr_attn_cache_t *kv8;     /* (n_layers) */
   tsr_hal_buffer_t *kv_buf;  /* (n_layers) */
@@ -133,6 +134,7 @@ struct tsr_engine {
   tsr_context_t *ctx;
   tsr_model_t *model;
   tsr_precision_t precision;
+  tsr_kv_type_t kv_type; /* the reference attention's cache */
   tsr_split_t split;
   int32_t max_rows;    /* rows per forward pass */
   int32_t max_seq;     /* positions per sequence */
@@ -282,5 +284,8 @@ tsr_exec_t *tsr_session_exec(const tsr_session_t *s);
  * key and value row read once for all of them); o->att holds that many
  * score rows per thread. */
 #define TSR_ATTN_ROW_BLOCK 8
+/* Largest head_dim of an fp16 reference KV cache (a row is converted on
+ * the stack). */
+#define TSR_ATTN_MAX_HEAD_DIM 1024
 
 #endif

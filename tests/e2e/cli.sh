@@ -20,6 +20,7 @@ expect 2 "run without model" "$T" run -p hi
 expect 2 "run with bad -n" "$T" run -m x -n abc
 expect 2 "run with bad precision" "$T" run -m x --precision fp64
 expect 2 "run with bad topp" "$T" run -m x --topp 2
+expect 2 "run with a bad --kv" "$T" run -m x --kv f8
 expect 1 "run with missing file" "$T" run -m /nonexistent/model.gguf
 expect 2 "bench with a bad --network" "$T" bench --mpi --network 25
 grep -q "GBIT,LATENCY_US" /tmp/tsr_cli_out.$$ || { echo "FAIL: --network message"; fail=1; }

@@ -138,7 +138,10 @@ static void ref_step(ref_state_t *st, int token, double *logits) {
   double *q = calloc(nh * hs, sizeof(double)), *att = calloc(S, sizeof(double));
   double *o = calloc(nh * hs, sizeof(double)), *h1 = calloc(H, sizeof(double));
   double *h3 = calloc(H, sizeof(double)), *tmp = calloc(D > H ? D : H, sizeof(double));
-  for (int i = 0; i < D; i++) x[i] = m->tok_embd[(size_t)token * D + i];
+  float *row = malloc(sizeof(float) * (size_t)D);
+  tsr_model_embed(m, token, row); /* the file's row, converted to fp32 */
+  for (int i = 0; i < D; i++) x[i] = row[i];
+  free(row);
   for (int l = 0; l < c->n_layers; l++) {
     const tsr_layer_t *w = &m->layers[l];
     double *kc = st->kc + ((size_t)l * S + st->pos) * kvd, *vc = st->vc + ((size_t)l * S + st->pos) * kvd;
@@ -329,6 +332,60 @@ static void test_int8_close_to_fp32(void) {
   tsr_model_destroy(m);
 }
 
+/* The fp16 KV cache against the fp32 one, fp32 precision: greedy decode of
+ * 200 positions from "Once" by both (each its own greedy tokens), the
+ * positions until they first disagree, and the worst logit error over the
+ * common prefix relative to max |logit|. Floors: the texts agree for at
+ * least 100 positions, the error stays below 1 %. */
+static void test_kv_f16_close_to_f32(void) {
+  tsr_model_t *m = NULL;
+  const char *bin = tsr_test_model_or_skip("stories260K.bin");
+  const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
+  if (!tok) return;
+  TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
+  if (!m) return;
+  tsr_session_options_t o;
+  tsr_session_options_init(&o);
+  tsr_session_t *f = NULL, *h = NULL;
+  TSR_ASSERT_OK(tsr_session_create(m, &o, &f));
+  o.kv_type = TSR_KV_F16;
+  TSR_ASSERT_OK(tsr_session_create(m, &o, &h));
+  int32_t tf = 1, th = 1; /* BOS */
+  int agree = -1;
+  double e = 0, scale = 0;
+  for (int p = 0; p < 200; p++) {
+    const float *lf = NULL, *lh = NULL;
+    TSR_ASSERT_OK(tsr_session_eval(f, &tf, 1, &lf));
+    TSR_ASSERT_OK(tsr_session_eval(h, &th, 1, &lh));
+    if (!lf || !lh) break;
+    int32_t bf = 0, bh = 0;
+    for (int i = 1; i < 512; i++) {
+      if (lf[i] > lf[bf]) bf = i;
+      if (lh[i] > lh[bh]) bh = i;
+    }
+    if (agree < 0) {
+      for (int i = 0; i < 512; i++) {
+        e = fmax(e, fabs(lf[i] - lh[i]));
+        scale = fmax(scale, fabs(lf[i]));
+      }
+      if (bf != bh) agree = p;
+    }
+    tf = bf, th = bh;
+  }
+  if (agree < 0) agree = 200;
+  printf("REPORT fp16 KV vs fp32 KV (fp32, stories260K greedy): same tokens for %d of 200 "
+         "positions (floor 100), max abs logit error %.2e over them (max |logit| %.2f), "
+         "%.3f %% (ceiling 1 %%)\n", agree, e, scale, 100 * e / scale);
+  CU_ASSERT_TRUE(agree >= 100);
+  CU_ASSERT_TRUE(e / scale < 0.01);
+  tsr_session_t *bad = NULL;
+  o.kv_type = (tsr_kv_type_t)7;
+  TSR_ASSERT_ERR(tsr_session_create(m, &o, &bad), TSR_STATUS_INVALID_ARGUMENT, "kv_type");
+  tsr_session_destroy(f);
+  tsr_session_destroy(h);
+  tsr_model_destroy(m);
+}
+
 static void test_session_errors(void) {
   tsr_model_t *m = NULL;
   const char *gguf = tsr_test_model_or_skip("stories260K.gguf");
@@ -374,6 +431,7 @@ int main(void) {
   CU_add_test(fw, "generated f32/f16/q8_0 vs double reference", test_forward_generated);
   CU_add_test(fw, "prefill equals decode", test_prefill_matches_decode);
   CU_add_test(fw, "int8 close to fp32", test_int8_close_to_fp32);
+  CU_add_test(fw, "fp16 KV cache close to fp32", test_kv_f16_close_to_f32);
   CU_add_test(fw, "session errors", test_session_errors);
   return tsr_test_run_all();
 }
