@@ -93,28 +93,26 @@ for case in "2 --mpi" "3 --mpi-split rows"; do
     tail -5 "$out/serve.log"; kill -KILL $MP 2>/dev/null; fail=1; fi
 done
 
+# fault NAME WANT ENV MPIRUN-ARGS...: the job must fail (not time out) with
+# WANT in rank 0's error
+fault() {
+  name=$1 want=$2 envs=$3; shift 3
+  env $envs timeout 60 $MPIRUN "$@" > /dev/null 2>"$out/err.txt"
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "$want" "$out/err.txt"; then
+    echo "FAIL $name: exit $rc"; tail -5 "$out/err.txt"; fail=1
+  else echo "ok   $name: rank 0 exit $rc, '$want'"; fi
+}
 # a rank that hangs: rank 0 names the rank and exits non-zero within the timeout
-TSR_MPI_FAULT=rank=1,after=5,mode=hang timeout 60 $MPIRUN -np 2 "$T" run $stories -p Once --mpi \
-    --mpi-timeout 3000 > /dev/null 2>"$out/err.txt"
-rc=$?
-if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1 did not answer" "$out/err.txt"; then
-  echo "FAIL hang fault: exit $rc"; tail -5 "$out/err.txt"; fail=1
-else echo "ok   a hanging rank 1: rank 0 exit $rc, named it"; fi
+fault "a hanging rank 1" "rank 1 did not answer" TSR_MPI_FAULT=rank=1,after=5,mode=hang \
+  -np 2 "$T" run $stories -p Once --mpi --mpi-timeout 3000
 # the middle rank of a 3-rank pipeline hangs: rank 0 waits on the last rank,
 # and its probe of every rank names the silent one
-TSR_MPI_FAULT=rank=1,after=5,mode=hang timeout 60 $MPIRUN -np 3 "$T" run $stories -p Once --mpi \
-    --mpi-timeout 3000 > /dev/null 2>"$out/err.txt"
-rc=$?
-if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "a probe finds rank 1 silent" "$out/err.txt"; then
-  echo "FAIL middle hang: exit $rc"; tail -5 "$out/err.txt"; fail=1
-else echo "ok   a hanging middle rank 1 of 3: rank 0 exit $rc, its probe named rank 1"; fi
+fault "a hanging middle rank 1 of 3" "a probe finds rank 1 silent" \
+  TSR_MPI_FAULT=rank=1,after=5,mode=hang -np 3 "$T" run $stories -p Once --mpi --mpi-timeout 3000
 # a rank killed mid-run; mpirun is told not to end the job itself when a
 # process dies, so that rank 0 meets the silence and names the rank
-TSR_MPI_FAULT=rank=2,after=5,mode=kill timeout 60 $MPIRUN --mca orte_abort_on_non_zero_status 0 \
-    -np 3 "$T" run $stories -p Once --mpi-split rows --mpi-timeout 3000 -p The -p Lily \
-    > /dev/null 2>"$out/err.txt"
-rc=$?
-if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 2 did not answer" "$out/err.txt"; then
-  echo "FAIL kill fault: exit $rc"; tail -5 "$out/err.txt"; fail=1
-else echo "ok   a killed rank 2: rank 0 exit $rc, named it"; fi
+fault "a killed rank 2" "rank 2 did not answer" TSR_MPI_FAULT=rank=2,after=5,mode=kill \
+  --mca orte_abort_on_non_zero_status 0 -np 3 "$T" run $stories -p Once -p The -p Lily \
+  --mpi-split rows --mpi-timeout 3000
 exit $fail
