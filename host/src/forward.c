@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define TSR_FWD_X86 1
 #endif
@@ -319,10 +320,12 @@ __attribute__((target("f16c,avx"))) static void f16_row_f16c(float *dst, const u
   for (; i < n; i++) dst[i] = tsr_f16_to_f32(src[i]);
 }
 
+/* F16C where the CPU has AVX2 (which the OS state check of tsr_isa_detect
+ * covers) and the F16C bit (CPUID leaf 1, ECX bit 29). */
 static f16_row_fn f16_row(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") ? f16_row_f16c
-                                                                         : f16_row_portable;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+  return f16c && tsr_isa_detect() >= TSR_ISA_AVX2 ? f16_row_f16c : f16_row_portable;
 }
 #else
 static f16_row_fn f16_row(void) { return f16_row_portable; }
@@ -388,8 +391,7 @@ __attribute__((target("avx2"))) static void attn_task_avx2(void *arg, int task, 
 
 static tsr_task_fn attn_fn(void) {
 #ifdef TSR_FWD_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) return attn_task_avx2;
+  if (tsr_isa_detect() >= TSR_ISA_AVX2) return attn_task_avx2;
 #endif
   return attn_task;
 }
