@@ -76,6 +76,16 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
  * completions show the same text through it. */
 bool cli_piece_shown(const char *piece);
 
+/* Growing text, always NUL-terminated once something was appended (p is
+ * NULL before). */
+typedef struct cli_text {
+  char *p;
+  size_t len, cap;
+} cli_text_t;
+/* Appends n bytes of s; false when out of memory (the text unchanged). */
+bool cli_text_append(cli_text_t *t, const char *s, size_t n);
+void cli_text_free(cli_text_t *t);
+
 /* Monotonic wall clock in seconds. */
 double cli_now_s(void);
 /* splitmix64: the random data of gemm and attn (as in the gemm CLI

@@ -173,6 +173,26 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
   return 1;
 }
 
+bool cli_text_append(cli_text_t *t, const char *s, size_t n) {
+  if (t->len + n + 1 > t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 256;
+    while (cap < t->len + n + 1) cap *= 2;
+    char *q = realloc(t->p, cap);
+    if (!q) return false;
+    t->p = q;
+    t->cap = cap;
+  }
+  memcpy(t->p + t->len, s, n);
+  t->len += n;
+  t->p[t->len] = '\0';
+  return true;
+}
+
+void cli_text_free(cli_text_t *t) {
+  free(t->p);
+  memset(t, 0, sizeof *t);
+}
+
 double cli_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -54,27 +54,14 @@ typedef struct {
   tsr_sampler_t *sampler;
   int32_t *tokens;
   size_t n_prompt;
-  char *text;
-  size_t len, cap;
+  cli_text_t text;
   int32_t token;
   int64_t pos;
   bool done;
 } run_seq_t;
 
 static bool text_append(run_seq_t *q, const char *piece) {
-  if (!cli_piece_shown(piece)) return true;
-  size_t n = strlen(piece);
-  if (q->len + n + 1 > q->cap) {
-    size_t cap = q->cap ? q->cap * 2 : 256;
-    while (cap < q->len + n + 1) cap *= 2;
-    char *t = realloc(q->text, cap);
-    if (!t) return false;
-    q->text = t;
-    q->cap = cap;
-  }
-  memcpy(q->text + q->len, piece, n + 1);
-  q->len += n;
-  return true;
+  return !cli_piece_shown(piece) || cli_text_append(&q->text, piece, strlen(piece));
 }
 
 /* Several prompts: one engine, one sequence per prompt, every live sequence
@@ -169,7 +156,7 @@ static int run_batch(tsr_model_t *model, const tsr_session_options_t *sopts,
     goto done;
   }
   double t1 = cli_now_s();
-  for (int i = 0; i < n; i++) printf("%s\n", q[i].text ? q[i].text : "");
+  for (int i = 0; i < n; i++) printf("%s\n", q[i].text.p ? q[i].text.p : "");
   double prefill_s = t_first - t0, decode_s = t1 - t_first;
   fprintf(stderr,
           "tessera run: %d sequences: %zu prompt tokens in %.3f s (%.1f tok/s), %" PRId64
@@ -185,7 +172,7 @@ done:
       tsr_seq_destroy(q[i].seq);
       tsr_sampler_destroy(q[i].sampler);
       free(q[i].tokens);
-      free(q[i].text);
+      cli_text_free(&q[i].text);
     }
   free(q);
   free(idx);

@@ -235,7 +235,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
       size_t end = r->marks[r->marks_sent];
       bool last_text = r->state == SRV_DONE && r->marks_sent == r->n_marks - 1;
       size_t used = 0;
-      json_t *txt = json_text(r->text + r->sent, end - r->sent, last_text, &used);
+      json_t *txt = json_text(r->text.p + r->sent, end - r->sent, last_text, &used);
       r->marks_sent++;
       r->sent += used;
       if (!txt || !put_event(r, completion_json(r, txt, false))) break;
@@ -246,7 +246,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         ev = error_json(r->error_status ? r->error_status : 500, NULL, NULL, r->error);
       } else {
         size_t used = 0;
-        json_t *rest = json_text(r->text + r->sent, r->text_len - r->sent, true, &used);
+        json_t *rest = json_text(r->text.p + r->sent, r->text.len - r->sent, true, &used);
         r->sent += used;
         ev = completion_json(r, rest, true);
       }
@@ -296,7 +296,7 @@ static enum MHD_Result answer(srv_t *s, struct MHD_Connection *c, conn_ctx_t *cc
     status = r->error_status ? r->error_status : 500;
     j = error_json(status, NULL, NULL, r->error);
   } else {
-    j = completion_json(r, json_text(r->text ? r->text : "", r->text_len, true, NULL), true);
+    j = completion_json(r, json_text(r->text.p ? r->text.p : "", r->text.len, true, NULL), true);
   }
   pthread_mutex_unlock(&s->lock);
   if (!j) return MHD_NO;

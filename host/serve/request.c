@@ -39,7 +39,7 @@ void srv_req_unref(srv_t *s, srv_req_t *r) {
   if (--r->refs > 0) return;
   tsr_sampler_destroy(r->sampler);
   free(r->prompt);
-  free(r->text);
+  cli_text_free(&r->text);
   free(r->marks);
   free(r->out);
   free(r->error);
@@ -47,14 +47,6 @@ void srv_req_unref(srv_t *s, srv_req_t *r) {
 }
 
 bool srv_req_append(srv_req_t *r, const char *p, size_t n) {
-  if (r->text_len + n + 1 > r->text_cap) {
-    size_t cap = r->text_cap ? r->text_cap * 2 : 256;
-    while (cap < r->text_len + n + 1) cap *= 2;
-    char *q = realloc(r->text, cap);
-    if (!q) return false;
-    r->text = q;
-    r->text_cap = cap;
-  }
   if (r->n_marks == r->cap_marks) {
     int cap = r->cap_marks ? r->cap_marks * 2 : 64;
     size_t *q = realloc(r->marks, sizeof(size_t) * (size_t)cap);
@@ -62,10 +54,8 @@ bool srv_req_append(srv_req_t *r, const char *p, size_t n) {
     r->marks = q;
     r->cap_marks = cap;
   }
-  memcpy(r->text + r->text_len, p, n);
-  r->text_len += n;
-  r->text[r->text_len] = '\0';
-  r->marks[r->n_marks++] = r->text_len;
+  if (!cli_text_append(&r->text, p, n)) return false;
+  r->marks[r->n_marks++] = r->text.len;
   return true;
 }
 
@@ -248,10 +238,10 @@ bool srv_completion_parse(srv_t *s, srv_tenant_t *tenant, const char *text, size
       const char *p = tsr_model_token_piece(m->model, r->prompt[i - 1], r->prompt[i]);
       if (cli_piece_shown(p)) ok = srv_req_append(r, p, strlen(p));
     }
-    if (ok && r->text_len) {
+    if (ok && r->text.len) {
       /* one mark for the whole prompt */
       r->n_marks = 1;
-      r->marks[0] = r->text_len;
+      r->marks[0] = r->text.len;
     } else {
       r->n_marks = 0;
     }

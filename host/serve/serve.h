@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../cli/cli.h"
 #include "tessera.h"
 
 struct MHD_Connection;
@@ -104,9 +105,8 @@ typedef struct srv_req {
   char *error;                /* a failure's message once done */
   int error_status;           /* its HTTP status */
   /* (L) text produced and not yet sent (stream) or all of it (whole) */
-  char *text;
-  size_t text_len, text_cap;
-  size_t *marks;              /* text_len after the echo and each token */
+  cli_text_t text;
+  size_t *marks;              /* text.len after the echo and each token */
   int n_marks, cap_marks;
   int marks_sent;             /* marks already turned into events */
   size_t sent;                /* bytes of `text` already in events */

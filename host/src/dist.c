@@ -143,9 +143,9 @@ tsr_status_t tsr_dist_engine_open(tsr_exec_t *o, const tsr_session_options_t *op
   tsr_status_t s = TSR_OK;
   if (pipeline(d)) {
     de->depth = opts->mpi_depth > 0 && opts->mpi_depth < size ? opts->mpi_depth : size;
-    de->slots = calloc((size_t)size, sizeof *de->slots);
-    if (!de->slots) s = TSR_ERR(RESOURCE_EXHAUSTED, "mpi: %d pipeline slots", size);
-    for (int i = 0; !s && i < size; i++) {
+    de->slots = calloc((size_t)de->depth, sizeof *de->slots);
+    if (!de->slots) s = TSR_ERR(RESOURCE_EXHAUSTED, "mpi: %d pipeline slots", de->depth);
+    for (int i = 0; !s && i < de->depth; i++) {
       de->slots[i].pe = malloc(sizeof(tsr_pass_entry_t) * (size_t)o->max_rows);
       de->slots[i].logit_rows = malloc(sizeof(int32_t) * (size_t)o->max_rows);
       if (!de->slots[i].pe || !de->slots[i].logit_rows)

@@ -159,8 +159,8 @@ static uint64_t auto_window(const tsr_exec_t *o, const tsr_exec_dev_t *d) {
     if (g->nodes[i].op == TSR_NODE_MATMUL)
       b += round_alloc((uint64_t)g->nodes[i].n * (uint64_t)g->nodes[i].k);
   if (o->attn.kind != TSR_ATTN_REFERENCE)
-    b += round_alloc(tsr_attn_kv_bytes(&o->attn_dims)) * (uint64_t)(o->model->layer1 - o->model->layer0) *
-         TSR_PLAN_KV_RESERVE_SEQS;
+    b += round_alloc(tsr_attn_kv_bytes(&o->attn_dims)) *
+         (uint64_t)(o->model->layer1 - o->model->layer0) * TSR_PLAN_KV_RESERVE_SEQS;
   return b;
 }
 

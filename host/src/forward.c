@@ -47,6 +47,11 @@ void tsr_session_options_init(tsr_session_options_t *o) {
 
 /* ---- engine ---- */
 
+/* The reference attention's task and fp16 row conversion for an ISA (below). */
+static tsr_task_fn attn_fn(tsr_isa_t isa);
+typedef void (*f16_row_fn)(float *dst, const uint16_t *src, int32_t n);
+static f16_row_fn f16_row(tsr_isa_t isa);
+
 static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_t *opts,
                                   int32_t default_rows, tsr_engine_t **out) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "engine: out pointer is NULL");
@@ -75,6 +80,8 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   if (o.precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
   else TSR_RETURN_IF(tsr_model_ensure_fp32(model));
   TSR_RETURN_IF(tsr_exec_create(model, &o, out));
+  (*out)->attn_task = attn_fn(model->ctx->isa);
+  (*out)->kv_f16_row = o.kv_type == TSR_KV_F16 ? f16_row(model->ctx->isa) : NULL;
   tsr_status_t st = tsr_dist_engine_open(*out, &o);
   if (st) {
     tsr_exec_destroy(*out);
@@ -264,9 +271,6 @@ const float *tsr_batch_logits(const tsr_batch_t *b, size_t index) {
 
 /* ---- the forward pass ---- */
 
-/* Converts n fp16 values of a cache row to fp32. */
-typedef void (*f16_row_fn)(float *dst, const uint16_t *src, int32_t n);
-
 /* Reference attention of the rows of one pass. One task per (block of up
  * to TSR_ATTN_ROW_BLOCK consecutive rows of one entry, head): every row
  * over its own sequence's cache up to its position, each key and value row
@@ -320,15 +324,18 @@ __attribute__((target("f16c,avx"))) static void f16_row_f16c(float *dst, const u
   for (; i < n; i++) dst[i] = tsr_f16_to_f32(src[i]);
 }
 
-/* F16C where the CPU has AVX2 (which the OS state check of tsr_isa_detect
- * covers) and the F16C bit (CPUID leaf 1, ECX bit 29). */
-static f16_row_fn f16_row(void) {
+/* F16C where the context's ISA is AVX2 or more (its detection checked the
+ * OS saves ymm state) and the CPU has the F16C bit (CPUID 1, ECX bit 29). */
+static f16_row_fn f16_row(tsr_isa_t isa) {
   unsigned a = 0, b = 0, c = 0, d = 0;
   const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
-  return f16c && tsr_isa_detect() >= TSR_ISA_AVX2 ? f16_row_f16c : f16_row_portable;
+  return f16c && isa >= TSR_ISA_AVX2 ? f16_row_f16c : f16_row_portable;
 }
 #else
-static f16_row_fn f16_row(void) { return f16_row_portable; }
+static f16_row_fn f16_row(tsr_isa_t isa) {
+  (void)isa;
+  return f16_row_portable;
+}
 #endif
 
 static inline __attribute__((always_inline)) void attn_body(void *arg, int task, int thread) {
@@ -389,9 +396,11 @@ __attribute__((target("avx2"))) static void attn_task_avx2(void *arg, int task, 
 }
 #endif
 
-static tsr_task_fn attn_fn(void) {
+static tsr_task_fn attn_fn(tsr_isa_t isa) {
 #ifdef TSR_FWD_X86
-  if (tsr_isa_detect() >= TSR_ISA_AVX2) return attn_task_avx2;
+  if (isa >= TSR_ISA_AVX2) return attn_task_avx2;
+#else
+  (void)isa;
 #endif
   return attn_task;
 }
@@ -549,13 +558,13 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             o->attn_block_row[n_blocks++] = pe[e].row0 + t;
           }
         attn_args_t aa = {o, pe, o->attn_block_entry, o->attn_block_row, n->layer,
-                          o->kv_type == TSR_KV_F16 ? f16_row() : NULL};
+                          o->kv_f16_row};
         /* Waking workers costs microseconds: only worth it for enough work. */
         double work = 0;
         for (int e = 0; e < n_e; e++)
           work += (double)pe[e].n * c->n_heads * (pe[e].pos0 + pe[e].n) * hs;
         tsr_threadpool_run(work >= TSR_ATTN_PARALLEL_MIN ? m->ctx->pool : NULL,
-                           n_blocks * c->n_heads, attn_fn(), &aa);
+                           n_blocks * c->n_heads, o->attn_task, &aa);
         break;
       }
       case TSR_NODE_ADD: {

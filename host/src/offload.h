@@ -135,6 +135,10 @@ struct tsr_engine {
   tsr_model_t *model;
   tsr_precision_t precision;
   tsr_kv_type_t kv_type; /* the reference attention's cache */
+  /* the reference attention's task and, with an fp16 cache, the row
+   * conversion: chosen once for the context's ISA (forward.c) */
+  tsr_task_fn attn_task;
+  void (*kv_f16_row)(float *dst, const uint16_t *src, int32_t n);
   tsr_split_t split;
   int32_t max_rows;    /* rows per forward pass */
   int32_t max_seq;     /* positions per sequence */
