@@ -107,6 +107,11 @@ tsr_status_t cli_bench_model_path(const char *dir, const char *preset, bool quie
  * one batch on `eng`, and leaves each one's greedy next token in toks[i]. */
 tsr_status_t cli_bench_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n, tsr_batch_t *b,
                                int32_t n_prompt, int32_t vocab, int32_t *toks);
+/* `steps` decode steps of the first B sequences: each step one batch of
+ * one token per sequence (toks[i], replaced by its greedy successor);
+ * *out_s the wall time of the steps. */
+tsr_status_t cli_bench_decode(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t B, tsr_batch_t *b,
+                              int32_t steps, int32_t vocab, int32_t *toks, double *out_s);
 /* `tessera bench --mpi` (cmd_bench_mpi.c): under mpirun, tokens/s of the
  * model across the ranks of `copts` measured here, and projected onto a
  * network of `gbit` Gbit/s and `lat_us` per message. Returns the exit code. */

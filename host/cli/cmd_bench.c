@@ -365,16 +365,9 @@ tsr_status_t cli_bench_prefill(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t n,
   return s;
 }
 
-/* `steps` decode steps of the first B sequences: each step one batch of
- * one token per sequence (toks[i], replaced by its greedy successor).
- * *out_s is the wall time of the steps, *st0 and *st1 the engine's stats
- * around them. */
-static tsr_status_t batch_decode(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t B,
-                                 tsr_batch_t *b, int32_t steps, int32_t vocab, int32_t *toks,
-                                 double *out_s, tsr_session_stats_t *st0,
-                                 tsr_session_stats_t *st1) {
+tsr_status_t cli_bench_decode(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t B, tsr_batch_t *b,
+                              int32_t steps, int32_t vocab, int32_t *toks, double *out_s) {
   tsr_status_t s = TSR_OK;
-  tsr_engine_get_stats(eng, st0);
   double t0 = cli_now_s();
   for (int32_t step = 0; step < steps && !s; step++) {
     tsr_batch_clear(b);
@@ -384,7 +377,6 @@ static tsr_status_t batch_decode(tsr_engine_t *eng, tsr_seq_t **seqs, int32_t B,
       toks[i] = cli_argmax(tsr_batch_logits(b, (size_t)i), vocab);
   }
   *out_s = cli_now_s() - t0;
-  tsr_engine_get_stats(eng, st1);
   return s;
 }
 
@@ -450,7 +442,9 @@ static tsr_status_t batch_engine(batch_run_t kind, const char *device, int n_thr
     const int32_t B = row->batch, steps = row->steps;
     tsr_session_stats_t st0, st1;
     for (int rep = 0; rep < reps && !s; rep++) {
-      s = batch_decode(eng, seqs, B, b, steps, c.vocab_size, toks, &t[rep], &st0, &st1);
+      tsr_engine_get_stats(eng, &st0);
+      s = cli_bench_decode(eng, seqs, B, b, steps, c.vocab_size, toks, &t[rep]);
+      tsr_engine_get_stats(eng, &st1);
       t[rep] = (double)B * steps / t[rep];
     }
     if (s) break;

@@ -151,16 +151,7 @@ static tsr_status_t run_phases(tsr_context_t *ctx, const cli_bench_mpi_t *o, int
   if (!s) s = cli_bench_prefill(r->eng, r->seqs, B, b, o->n_prompt, vocab, toks);
   r->wall[0] = cli_now_s() - t0;
   if (!s) s = tsr_context_rank_stats(ctx, snap + n);
-  t0 = cli_now_s();
-  for (int32_t step = 0; step < o->n_decode && !s; step++) {
-    tsr_batch_clear(b);
-    for (int32_t i = 0; i < B && !s; i++)
-      s = tsr_batch_add(b, r->seqs[i], &toks[i], 1, true, NULL);
-    if (!s) s = tsr_engine_eval(r->eng, b);
-    for (int32_t i = 0; i < B && !s; i++)
-      toks[i] = cli_argmax(tsr_batch_logits(b, (size_t)i), vocab);
-  }
-  r->wall[1] = cli_now_s() - t0;
+  if (!s) s = cli_bench_decode(r->eng, r->seqs, B, b, o->n_decode, vocab, toks, &r->wall[1]);
   if (!s) s = tsr_context_rank_stats(ctx, snap + 2 * n);
   if (s) return s;
   stats_diff(snap, snap + n, n, r->d[0]);
