@@ -44,7 +44,6 @@ typedef struct {
   char preset[32];
   int32_t batch;
   const char *phase; /* "prefill" | "decode" */
-  double tokens;     /* per repetition */
   double measured_tps;
   double wait_frac;     /* rank 0's wait / wall */
   double act_per_token; /* bytes of activations (all hops) per token */
@@ -217,7 +216,6 @@ static tsr_status_t run_one(tsr_context_t *ctx, tsr_model_t *model, const cli_be
     *out = rows[2 * pick + ph];
     out->batch = B;
     out->phase = ph ? "decode" : "prefill";
-    out->tokens = (double)B * (ph ? o->n_decode : o->n_prompt);
   }
   for (int k = 0; k < 2; k++) {
     for (int32_t i = 0; run[k].seqs && i < B; i++) tsr_seq_destroy(run[k].seqs[i]);
