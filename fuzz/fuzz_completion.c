@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (t->max_tokens > 0 && r->max_tokens > t->max_tokens) abort();
   for (size_t i = 0; i < r->n_prompt; i++)
     if (r->prompt[i] < 0 || r->prompt[i] >= model.cfg.vocab_size) abort();
-  if (r->n_marks > 0 && (!r->text || r->marks[r->n_marks - 1] != r->text_len)) abort();
+  if (r->n_marks > 0 && (!r->text.p || r->marks[r->n_marks - 1] != r->text.len)) abort();
   srv_req_unref(&srv, r);
   return 0;
 }
