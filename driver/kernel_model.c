@@ -14,6 +14,7 @@ void tsr_km_timing_init(tsr_km_timing_t *t) {
   t->mem_bytes_per_cycle = 64.0;
   t->mem_latency = 40;
   t->clock_hz = 300e6;
+  t->ports = 1;
 }
 
 void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {

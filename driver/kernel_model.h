@@ -63,14 +63,18 @@ typedef struct tsr_km_timing {
   uint32_t cols;              /* MAC array columns (N direction)            */
   uint32_t bus_bytes;         /* AXI data bus width in bytes                */
   uint32_t k_chunk;           /* k bytes buffered per operand row           */
-  double mem_bytes_per_cycle; /* device-memory read bandwidth               */
+  double mem_bytes_per_cycle; /* read bandwidth of ONE memory channel, bytes
+                                 per kernel cycle                           */
+  uint32_t ports;             /* AXI read masters, each on its own memory
+                                 channel (>= 1; 0 is taken as 1)            */
   uint32_t mem_latency;       /* cycles from read request to first data     */
   double clock_hz;            /* kernel clock, to project cycles to seconds */
 } tsr_km_timing_t;
 
 /* Defaults: the RTL's default build (16x16 array, 64-byte bus, 4096-byte
  * k chunks) at 300 MHz on one DDR4-2400 bank (19.2 GB/s = 64 bytes/cycle at
- * 300 MHz), 40 cycles of read latency (the sim's board profile). */
+ * 300 MHz), 40 cycles of read latency (the sim's board profile), one
+ * read port. */
 void tsr_km_timing_init(tsr_km_timing_t *t);
 
 /* Timing of a device from its caps (array, clock, bandwidth); the fields
