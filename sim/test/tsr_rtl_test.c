@@ -5,7 +5,7 @@
  * one program tests the normal and the coverage build. Results are compared
  * bit for bit with the naive int8 reference below.
  *
- *   tsr_rtl_test --lib PATH [--quick] [--wave F --wave-start N --wave-end N
+ *   tsr_rtl_test --lib PATH [--quick] [--cycles] [--wave F --wave-start N --wave-end N
  *                --wave-depth D] [--coverage F] [--seed S] [test...]
  */
 #include <dlfcn.h>
@@ -24,7 +24,7 @@ static tsr_sim_api_t api;
 
 static const char *g_wave, *g_cov;
 static uint64_t g_wave_start, g_wave_end;
-static int g_wave_depth, g_quick;
+static int g_wave_depth, g_quick, g_cycles;
 static uint64_t g_seed = 1;
 static int g_fail;
 static const char *g_test;
@@ -288,6 +288,9 @@ static int run_probs(dev_t_ *d, prob_t *ps, int n, result_t *out) {
   CHECK(r.bytes_rd >= rd_min, "BYTES_RD %" PRIu64 " below %" PRIu64, r.bytes_rd, rd_min);
   CHECK(r.busy > 0 && r.stall <= r.busy, "CYC_BUSY %" PRIu64 " CYC_STALL %" PRIu64, r.busy,
         r.stall);
+  if (g_cycles)
+    printf("cycles %s: %d descriptors busy %" PRIu64 " stall %" PRIu64 " rd %" PRIu64 "\n",
+           g_test, n, r.busy, r.stall, r.bytes_rd);
   if (out) *out = r;
   return 0;
 }
@@ -723,6 +726,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--coverage") && i + 1 < argc) g_cov = argv[++i];
     else if (!strcmp(a, "--seed") && i + 1 < argc) g_seed = strtoull(argv[++i], 0, 0);
     else if (!strcmp(a, "--quick")) g_quick = 1;
+    else if (!strcmp(a, "--cycles")) g_cycles = 1; /* counters of every ring */
     else if (!strcmp(a, "--iverilog-case") && i + 1 < argc) g_iv_dir = argv[++i];
     else if (a[0] != '-' && n_only < 32) only[n_only++] = a;
     else {
