@@ -21,6 +21,20 @@
 #include "host/src/bench.h"
 #include "cli.h"
 #include "host/src/model_file.h"
+#include "bench_cli.h"
+
+/* The depth sweep: decode tokens/s of DEPTH_STEPS steps starting at each
+ * position. */
+#define DEPTH_MAX 8
+#define DEPTH_STEPS 16
+/* Whole-process runs and loads per precision (median), at most. */
+#define PROC_MAX_RUNS 3
+#define LOAD_MAX_RUNS 3
+/* A tessera run child that takes longer than this is killed. */
+#define PROC_TIMEOUT_S 900.0
+/* The CPU batch sweep --plot adds to the model table. */
+#define PLOT_N_BATCHES 5
+static const int32_t plot_batches[PLOT_N_BATCHES] = {1, 2, 4, 8, 16};
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -56,8 +70,25 @@ static void usage(FILE *f) {
           "                   --mpi-timeout MS and --device (one list per rank, ';')\n"
           "  --network G,US   the network of the projection: G Gbit/s, US microseconds\n"
           "                   per message (default 25,10: 25 GbE)\n"
+          "  --peer llama-bench=PATH  also run llama.cpp's llama-bench on the same f32\n"
+          "                   files (-p PROMPT -n DECODE -t THREADS -r 1 -o json), one run\n"
+          "                   after each tessera fp32 repetition; prints its figures and\n"
+          "                   tessera/peer ratios. A peer that fails is named with the\n"
+          "                   reason and the table goes on without it\n"
+          "  --depths LIST    decode at depth: positions where %d timed greedy decode\n"
+          "                   steps start, comma-separated (default 0,256,512,896 where\n"
+          "                   the context holds them, else 0 and 1/4, 1/2, 7/8 of it);\n"
+          "                   'none' skips the sweep\n"
+          "  --no-process     no whole-process runs (`tessera run` as a child process:\n"
+          "                   its wall time and peak RSS; load times are always measured)\n"
+          "  --plot DIR       PNG charts (gnuplot) in DIR, each with its data (.dat) and\n"
+          "                   script (.gp): models.png (tokens/s vs parameters), depth.png,\n"
+          "                   batch.png (adds a CPU batch sweep B=1..16 to the table),\n"
+          "                   roofline.png (the kernels against the limits measured here);\n"
+          "                   with --batch: batch.png of that sweep\n"
           "  --json           print JSON instead of a table\n"
-          "  -h, --help       this text\n");
+          "  -h, --help       this text\n",
+          DEPTH_STEPS);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -118,14 +149,52 @@ static void offload_spec(const char *spec, const tsr_model_config_t *c, char *ou
              offload_mem_bytes(c) >> 20);
 }
 
+
 typedef struct {
   char preset[32];
+  char path[1024];
   double params_m;
   tsr_model_config_t cfg;
+  int32_t n_prompt, n_decode; /* as run: clipped to the model's context */
   char off_spec[128]; /* the offload device as opened (offload_spec) */
   double prefill_tps[2], decode_tps[2]; /* [fp32, int8] */
   double off_prefill_tps, off_decode_tps; /* int8, offloaded, projected */
+  /* tsr_model_load + tsr_session_create of the precision (the weights
+   * prepared for it), warm page cache, median of load_runs */
+  double load_ms[2];
+  int load_runs;
+  /* `tessera run` as a child process: wall time (median of proc_runs) and
+   * peak RSS (the largest of the runs); proc_err says why a run failed */
+  int32_t proc_steps;
+  int proc_runs;
+  double proc_wall_s[2];
+  long proc_rss_kib[2];
+  char proc_err[2][320];
+  /* decode at depth */
+  int n_depths, depths_skipped;
+  int32_t depths[DEPTH_MAX];
+  double depth_tps[2][DEPTH_MAX];
+  /* the peer on the same file, alternated with the fp32 repetitions */
+  bool peer_ran, peer_ok;
+  int peer_reps;
+  double peer_pp_tps, peer_tg_tps;
+  char peer_err[640];
+  /* CPU int8 batch sweep (with --plot) */
+  int n_batches, batch_reps;
+  int32_t batches[PLOT_N_BATCHES];
+  double batch_cpu_tps[PLOT_N_BATCHES];
 } model_result_t;
+
+/* How bench_model runs each model. */
+typedef struct {
+  int reps;
+  int32_t n_prompt, n_decode;
+  bool depths_off;
+  int n_depths; /* 0: the default depths (depth_list) */
+  const int32_t *depths;
+  const cli_peer_t *peer; /* NULL: none */
+  int threads;            /* resolved (> 0): the peer's -t */
+} model_bench_t;
 
 /* The int8 offload path on `device`: every matmul on the device (--offload
  * all), one prefill and n_decode greedy steps. The figures are projections:
@@ -193,35 +262,129 @@ static tsr_status_t bench_offload(const char *device, int n_threads, const char 
   return s;
 }
 
-/* Prefill `n_prompt` tokens, then decode `n_decode` greedy steps; medians. */
-static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, int n_prompt,
-                                int n_decode, model_result_t *r) {
+/* The depths of the sweep for a context of seq_len positions: the
+ * requested ones that leave room for DEPTH_STEPS steps (the others counted
+ * in *skipped), or by default 0, 256, 512 and 896 where they fit, and for a
+ * context too short for three of them 0, 1/4, 1/2 and 7/8 of it. */
+static int depth_list(const model_bench_t *o, int32_t seq_len, int32_t *out, int *skipped) {
+  static const int32_t def[] = {0, 256, 512, 896};
+  const int32_t *req = o->n_depths ? o->depths : def;
+  const int n_req = o->n_depths ? o->n_depths : 4;
+  int n = 0;
+  *skipped = 0;
+  for (int i = 0; i < n_req; i++) {
+    if (req[i] + DEPTH_STEPS <= seq_len && n < DEPTH_MAX) out[n++] = req[i];
+    else ++*skipped;
+  }
+  if (!o->n_depths && n < 3) {
+    const int32_t last = seq_len - DEPTH_STEPS;
+    const int32_t f[] = {0, seq_len / 4, seq_len / 2, seq_len * 7 / 8 < last ? seq_len * 7 / 8 : last};
+    n = 0;
+    *skipped = 0;
+    for (int i = 0; i < 4; i++)
+      if (f[i] >= 0 && (!n || f[i] > out[n - 1])) out[n++] = f[i];
+  }
+  return n;
+}
+
+/* Prompt tokens of the benchmarks: a fixed sequence over the vocabulary. */
+static void bench_tokens(int32_t *toks, int32_t n, int32_t vocab) {
+  for (int32_t i = 0; i < n; i++) toks[i] = (int32_t)((i * 7919 + 1) % vocab);
+}
+
+/* Decode tokens/s at each depth of r: per repetition, the session is
+ * prefilled (untimed) up to each depth in turn and DEPTH_STEPS greedy
+ * decode steps from there are timed; median of reps per depth. */
+static tsr_status_t depth_sweep(tsr_session_t *sess, model_result_t *r, int prec, int reps,
+                                int32_t *toks, double *t) {
+  const int32_t vocab = r->cfg.vocab_size;
+  tsr_status_t s = TSR_OK;
+  for (int rep = 0; rep < reps && !s; rep++) {
+    tsr_session_reset(sess);
+    int32_t pos = 0, tok = 1;
+    const float *logits = NULL;
+    for (int d = 0; d < r->n_depths && !s; d++) {
+      const int32_t depth = r->depths[d];
+      if (depth < pos) {
+        tsr_session_reset(sess);
+        pos = 0, tok = 1;
+      }
+      if (depth > pos) {
+        s = tsr_session_eval(sess, toks + pos, (size_t)(depth - pos), &logits);
+        if (s) break;
+        tok = cli_argmax(logits, vocab);
+        pos = depth;
+      }
+      const double t0 = cli_now_s();
+      for (int i = 0; i < DEPTH_STEPS && !s; i++) {
+        s = tsr_session_eval(sess, &tok, 1, &logits);
+        if (!s) tok = cli_argmax(logits, vocab);
+      }
+      t[d * reps + rep] = DEPTH_STEPS / (cli_now_s() - t0);
+      pos += DEPTH_STEPS;
+    }
+  }
+  for (int d = 0; d < r->n_depths && !s; d++)
+    r->depth_tps[prec][d] = cli_median(t + d * reps, reps);
+  return s;
+}
+
+/* Per precision: the model loaded and its session created (timed, a few
+ * times), then `reps` repetitions of a prefill of `n_prompt` tokens and
+ * `n_decode` greedy steps (medians), with the peer's run on the same file
+ * after each fp32 repetition; then the depth sweep. */
+static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, const model_bench_t *o,
+                                model_result_t *r) {
+  const int reps = o->reps;
+  int32_t n_prompt = o->n_prompt, n_decode = o->n_decode;
   tsr_model_t *m = NULL;
   tsr_status_t s = tsr_model_load(ctx, path, NULL, &m);
   if (s) return s;
   tsr_model_config_t c;
   tsr_model_config(m, &c);
+  tsr_model_destroy(m);
+  m = NULL;
   if (n_prompt + n_decode > c.seq_len) {
     n_prompt = c.seq_len / 2;
     n_decode = c.seq_len - n_prompt;
   }
   r->params_m = params_millions(&c);
   r->cfg = c;
-  int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
+  r->n_prompt = n_prompt;
+  r->n_decode = n_decode;
+  snprintf(r->path, sizeof r->path, "%s", path);
+  if (!o->depths_off) r->n_depths = depth_list(o, c.seq_len, r->depths, &r->depths_skipped);
+  r->load_runs = reps < LOAD_MAX_RUNS ? reps : LOAD_MAX_RUNS;
+  r->peer_ran = o->peer != NULL;
+  int32_t n_toks = n_prompt;
+  if (r->n_depths && r->depths[r->n_depths - 1] > n_toks) n_toks = r->depths[r->n_depths - 1];
+  int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_toks > 0 ? n_toks : 1));
   double *pre = malloc(sizeof(double) * (size_t)reps), *dec = malloc(sizeof(double) * (size_t)reps);
-  if (!toks || !pre || !dec) {
-    free(toks); free(pre); free(dec);
-    tsr_model_destroy(m);
-    fprintf(stderr, "tessera bench: out of memory\n");
-    return NULL;
+  double *ppp = malloc(sizeof(double) * (size_t)reps), *ptg = malloc(sizeof(double) * (size_t)reps);
+  double *dt = malloc(sizeof(double) * (size_t)reps * DEPTH_MAX);
+  if (!toks || !pre || !dec || !ppp || !ptg || !dt) {
+    free(toks), free(pre), free(dec), free(ppp), free(ptg), free(dt);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "%s: benchmark buffers", path);
   }
-  for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)((i * 7919 + 1) % c.vocab_size);
+  bench_tokens(toks, n_toks, c.vocab_size);
   for (int prec = 0; prec < 2 && !s; prec++) {
-    tsr_session_options_t o;
-    tsr_session_options_init(&o);
-    o.precision = prec ? TSR_PRECISION_INT8 : TSR_PRECISION_FP32;
+    tsr_session_options_t so;
+    tsr_session_options_init(&so);
+    so.precision = prec ? TSR_PRECISION_INT8 : TSR_PRECISION_FP32;
     tsr_session_t *sess = NULL;
-    s = tsr_session_create(m, &o, &sess);
+    double lt[LOAD_MAX_RUNS];
+    for (int l = 0; l < r->load_runs && !s; l++) {
+      const double t0 = cli_now_s();
+      s = tsr_model_load(ctx, path, NULL, &m);
+      if (!s) s = tsr_session_create(m, &so, &sess);
+      lt[l] = (cli_now_s() - t0) * 1e3;
+      if (l + 1 < r->load_runs || s) {
+        tsr_session_destroy(sess);
+        tsr_model_destroy(m);
+        sess = NULL, m = NULL;
+      }
+    }
+    if (!s) r->load_ms[prec] = cli_median(lt, r->load_runs);
     for (int rep = 0; rep < reps && !s; rep++) {
       tsr_session_reset(sess);
       const float *logits = NULL;
@@ -229,24 +392,76 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, int reps, 
       s = tsr_session_eval(sess, toks, (size_t)n_prompt, &logits);
       double t1 = cli_now_s();
       for (int i = 0; i < n_decode && !s; i++) {
-        int32_t best = 0;
-        for (int32_t v = 1; v < c.vocab_size; v++)
-          if (logits[v] > logits[best]) best = v;
+        int32_t best = cli_argmax(logits, c.vocab_size);
         s = tsr_session_eval(sess, &best, 1, &logits);
       }
       double t2 = cli_now_s();
       pre[rep] = n_prompt / (t1 - t0);
       dec[rep] = n_decode / (t2 - t1);
+      /* the peer's repetition right after tessera's, on the same file */
+      if (!s && prec == 0 && o->peer && !r->peer_err[0]) {
+        char why[512];
+        if (cli_peer_llama_bench(o->peer, path, n_prompt, n_decode, o->threads, &ppp[rep],
+                                 &ptg[rep], why, sizeof why))
+          r->peer_reps++;
+        else {
+          snprintf(r->peer_err, sizeof r->peer_err, "%s", why);
+          fprintf(stderr, "tessera bench: peer %s '%s' on '%s' (repetition %d): %s; the "
+                          "table goes on without its figures for this model\n",
+                  o->peer->name, o->peer->path, path, rep + 1, why);
+        }
+      }
     }
     if (!s) {
       r->prefill_tps[prec] = cli_median(pre, reps);
       r->decode_tps[prec] = cli_median(dec, reps);
     }
+    if (!s && r->n_depths) s = depth_sweep(sess, r, prec, reps, toks, dt);
     tsr_session_destroy(sess);
+    tsr_model_destroy(m);
+    m = NULL;
   }
-  free(toks); free(pre); free(dec);
-  tsr_model_destroy(m);
+  if (!s && r->peer_ran && !r->peer_err[0] && r->peer_reps == reps) {
+    r->peer_ok = true;
+    r->peer_pp_tps = cli_median(ppp, reps);
+    r->peer_tg_tps = cli_median(ptg, reps);
+  }
+  free(toks), free(pre), free(dec), free(ppp), free(ptg), free(dt);
   return s;
+}
+
+/* `tessera run` on the model's file as a child process, per precision:
+ * wall time (median) and peak RSS (the largest) of up to PROC_MAX_RUNS
+ * runs of proc_steps positions. A run that fails is stated, not fatal. */
+static void bench_process(model_result_t *r, int threads, int reps) {
+  r->proc_runs = reps < PROC_MAX_RUNS ? reps : PROC_MAX_RUNS;
+  r->proc_steps = r->n_prompt + r->n_decode;
+  if (r->proc_steps > r->cfg.seq_len) r->proc_steps = r->cfg.seq_len;
+  char steps[16], thr[16];
+  snprintf(steps, sizeof steps, "%d", r->proc_steps);
+  snprintf(thr, sizeof thr, "%d", threads);
+  for (int prec = 0; prec < 2; prec++) {
+    char *argv[] = {"/proc/self/exe", "run", "-m", r->path, "-p", "Once upon a time", "-n",
+                    steps, "--temp", "0", "--precision", prec ? "int8" : "fp32", "-t", thr,
+                    "--quiet", NULL};
+    double wall[PROC_MAX_RUNS];
+    int ok = 0;
+    for (int run = 0; run < r->proc_runs; run++) {
+      cli_child_t ch;
+      char why[300];
+      if (!cli_child_run(argv, NULL, false, false, PROC_TIMEOUT_S, &ch, why, sizeof why) ||
+          cli_child_failed(&ch, why, sizeof why)) {
+        snprintf(r->proc_err[prec], sizeof r->proc_err[prec], "tessera run: %s", why);
+        fprintf(stderr, "tessera bench: whole-process run of %s (%s): tessera run %s\n",
+                r->preset, prec ? "int8" : "fp32", why);
+        break;
+      }
+      wall[ok++] = ch.wall_s;
+      if (ch.max_rss_kib > r->proc_rss_kib[prec]) r->proc_rss_kib[prec] = ch.max_rss_kib;
+    }
+    if (ok == r->proc_runs) r->proc_wall_s[prec] = cli_median(wall, ok);
+    else r->proc_rss_kib[prec] = 0;
+  }
 }
 
 /* ---- batched decode: many sequences on one engine ---- */
@@ -605,7 +820,8 @@ static void batch_print_table(const batch_result_t *res, int n_res, int reps, in
  * `models`. */
 static int bench_batch(const int32_t *batches, int n_batches, const char *models,
                        const char *dir, const char *off_dev, bool with_auto, int threads,
-                       int reps, int32_t n_prompt, int32_t n_decode, bool json) {
+                       int reps, int32_t n_prompt, int32_t n_decode, bool json,
+                       const char *plot_dir) {
   const char *cmd = "bench";
   const bool offload = strcmp(off_dev, "none") != 0;
   batch_result_t res[8];
@@ -648,7 +864,279 @@ static int bench_batch(const int32_t *batches, int n_batches, const char *models
   if (s) return cli_fail(cmd, s);
   if (json) batch_print_json(res, n_res, reps, n_prompt, offload, with_auto);
   else batch_print_table(res, n_res, reps, n_prompt, off_dev, offload, with_auto);
+  if (plot_dir) {
+    cli_plot_model_t pm[8];
+    int32_t bs[8][BATCH_MAX_SIZES];
+    double cpu[8][BATCH_MAX_SIZES], all[8][BATCH_MAX_SIZES], aut[8][BATCH_MAX_SIZES];
+    memset(pm, 0, sizeof pm);
+    for (int m = 0; m < n_res; m++) {
+      for (int i = 0; i < res[m].n_rows; i++) {
+        bs[m][i] = res[m].rows[i].batch;
+        cpu[m][i] = res[m].rows[i].cpu_tps;
+        all[m][i] = res[m].rows[i].all_tps;
+        aut[m][i] = res[m].rows[i].auto_tps;
+      }
+      pm[m].preset = res[m].preset;
+      pm[m].params_m = params_millions(&res[m].cfg);
+      pm[m].n_batches = res[m].n_rows;
+      pm[m].batches = bs[m];
+      pm[m].batch_cpu_tps = cpu[m];
+      pm[m].batch_all_tps = offload ? all[m] : NULL;
+      pm[m].batch_auto_tps = offload && with_auto ? aut[m] : NULL;
+    }
+    char caption[160];
+    snprintf(caption, sizeof caption, "CPU measured (median of %d), device projected; "
+             "prompt %d tokens per sequence", reps, n_prompt);
+    if (!cli_plot_batches(plot_dir, pm, n_res, offload ? off_dev : NULL, caption)) return 1;
+    if (!json) printf("\nchart: %s/batch.png (data batch.dat, script batch.gp)\n", plot_dir);
+  }
   return 0;
+}
+
+/* The CPU int8 batch sweep of a model for the batch chart: B sequences on
+ * one engine (batch_engine), sizes plot_batches, as many repetitions (up to
+ * reps) as the context holds. */
+static tsr_status_t plot_batch_sweep(model_result_t *m, int threads, int reps) {
+  batch_result_t br;
+  memset(&br, 0, sizeof br);
+  memcpy(br.preset, m->preset, sizeof br.preset);
+  br.n_rows = PLOT_N_BATCHES;
+  int32_t per_rep = 0;
+  for (int i = 0; i < PLOT_N_BATCHES; i++) {
+    br.rows[i].batch = plot_batches[i];
+    per_rep += batch_steps(BATCH_DECODE, plot_batches[i], BATCH_MIN_STEPS);
+  }
+  int fit = (m->cfg.seq_len - BATCH_PROMPT) / per_rep;
+  if (fit < 1)
+    return TSR_ERR(OUT_OF_RANGE, "%s: a context of %d positions is too short for the batch "
+                   "sweep (%d positions)", m->preset, m->cfg.seq_len, BATCH_PROMPT + per_rep);
+  m->batch_reps = reps < fit ? reps : fit;
+  TSR_RETURN_IF(batch_engine(RUN_CPU, NULL, threads, m->path, m->batch_reps, BATCH_PROMPT,
+                             BATCH_DECODE, BATCH_MIN_STEPS, &br));
+  m->n_batches = PLOT_N_BATCHES;
+  for (int i = 0; i < PLOT_N_BATCHES; i++) {
+    m->batches[i] = plot_batches[i];
+    m->batch_cpu_tps[i] = br.rows[i].cpu_tps;
+  }
+  return TSR_OK;
+}
+
+/* Parses --depths: "none", or comma-separated positions in [0, 65536],
+ * at most DEPTH_MAX, into ascending order without repeats. */
+static bool parse_depths(const char *s, int32_t *out, int *n_out, bool *off) {
+  *n_out = 0;
+  *off = !strcmp(s, "none");
+  if (*off) return true;
+  int n = 0;
+  const char *p = s;
+  for (int entry = 1;; entry++) {
+    const char *end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    char piece[16];
+    char *e = NULL;
+    long v = -1;
+    if (len > 0 && len < sizeof piece) {
+      memcpy(piece, p, len);
+      piece[len] = '\0';
+      errno = 0;
+      v = strtol(piece, &e, 10);
+      if (errno || e == piece || *e) v = -1;
+    }
+    if (v < 0 || v > 65536) {
+      fprintf(stderr, "tessera bench: --depths: entry %d '%.*s' of '%s' is not a position in "
+                      "[0, 65536] (or the whole value 'none')\n", entry, (int)len, p, s);
+      return false;
+    }
+    if (n == DEPTH_MAX) {
+      fprintf(stderr, "tessera bench: --depths: more than %d depths in '%s'\n", DEPTH_MAX, s);
+      return false;
+    }
+    out[n++] = (int32_t)v;
+    if (!end) break;
+    p = end + 1;
+  }
+  qsort(out, (size_t)n, sizeof *out, cmp_i32);
+  int u = 0;
+  for (int i = 0; i < n; i++)
+    if (!u || out[i] != out[u - 1]) out[u++] = out[i];
+  *n_out = u;
+  return true;
+}
+
+static double mib(long kib) { return kib / 1024.0; }
+
+static void models_print_json(const model_result_t *res, int n_res, bool offload,
+                              const cli_peer_t *peer) {
+  printf("  \"models\": [");
+  for (int i = 0; i < n_res; i++) {
+    const model_result_t *r = &res[i];
+    printf("%s\n    {\"preset\": \"%s\", \"params_millions\": %.1f, "
+           "\"prompt_tokens\": %d, \"decode_steps\": %d, "
+           "\"fp32\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}, "
+           "\"int8\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}",
+           i ? "," : "", r->preset, r->params_m, r->n_prompt, r->n_decode, r->prefill_tps[0],
+           r->decode_tps[0], r->prefill_tps[1], r->decode_tps[1]);
+    if (offload)
+      printf(", \"int8_offload_projected\": {\"device\": \"%s\", \"prefill_tok_s\": %.2f, "
+             "\"decode_tok_s\": %.2f}", r->off_spec, r->off_prefill_tps, r->off_decode_tps);
+    printf(",\n     \"load_ms\": {\"runs\": %d, \"fp32\": %.2f, \"int8\": %.2f}",
+           r->load_runs, r->load_ms[0], r->load_ms[1]);
+    if (r->proc_runs) {
+      printf(",\n     \"process\": {\"command\": \"tessera run -n %d\", \"runs\": %d",
+             r->proc_steps, r->proc_runs);
+      for (int p = 0; p < 2; p++) {
+        printf(", \"%s\": ", p ? "int8" : "fp32");
+        if (r->proc_err[p][0]) {
+          printf("{\"error\": ");
+          cli_json_string(stdout, r->proc_err[p]);
+          printf("}");
+        } else
+          printf("{\"wall_s\": %.3f, \"peak_rss_mib\": %.1f}", r->proc_wall_s[p],
+                 mib(r->proc_rss_kib[p]));
+      }
+      printf("}");
+    }
+    if (r->n_depths) {
+      printf(",\n     \"depth_decode\": {\"steps\": %d, \"skipped_depths\": %d, "
+             "\"depths\": [", DEPTH_STEPS, r->depths_skipped);
+      for (int d = 0; d < r->n_depths; d++) printf("%s%d", d ? ", " : "", r->depths[d]);
+      for (int p = 0; p < 2; p++) {
+        printf("], \"%s_tok_s\": [", p ? "int8" : "fp32");
+        for (int d = 0; d < r->n_depths; d++) printf("%s%.2f", d ? ", " : "", r->depth_tps[p][d]);
+      }
+      printf("]}");
+    }
+    if (r->peer_ran) {
+      printf(",\n     \"peer\": {\"name\": \"%s\", \"path\": ", peer->name);
+      cli_json_string(stdout, peer->path);
+      printf(", \"file\": ");
+      cli_json_string(stdout, r->path);
+      if (r->peer_ok)
+        printf(", \"ok\": true, \"reps\": %d, \"compared_with\": \"fp32\", "
+               "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
+               "\"prefill_ratio\": %.4f, \"decode_ratio\": %.4f}",
+               r->peer_reps, r->peer_pp_tps, r->peer_tg_tps, r->prefill_tps[0] / r->peer_pp_tps,
+               r->decode_tps[0] / r->peer_tg_tps);
+      else {
+        printf(", \"ok\": false, \"error\": ");
+        cli_json_string(stdout, r->peer_err[0] ? r->peer_err : "not run");
+        printf("}");
+      }
+    }
+    if (r->n_batches) {
+      printf(",\n     \"batched_cpu_int8\": {\"reps\": %d, \"batches\": [", r->batch_reps);
+      for (int b = 0; b < r->n_batches; b++) printf("%s%d", b ? ", " : "", r->batches[b]);
+      printf("], \"tok_s\": [");
+      for (int b = 0; b < r->n_batches; b++) printf("%s%.2f", b ? ", " : "", r->batch_cpu_tps[b]);
+      printf("]}");
+    }
+    printf("}");
+  }
+  printf("%s]", n_res ? "\n  " : "");
+}
+
+static void models_print_table(const model_result_t *res, int n_res, int reps,
+                               const char *off_dev, const cli_peer_t *peer) {
+  const model_result_t *r0 = &res[0];
+  printf("\nmodels (generated weights; prefill %d tokens, decode %d steps; median of %d)\n",
+         r0->n_prompt, r0->n_decode, reps);
+  printf("%-14s %8s  %14s %14s  %14s %14s  %7s\n", "model", "params", "fp32 prefill",
+         "fp32 decode", "int8 prefill", "int8 decode", "int8/fp32 decode");
+  for (int i = 0; i < n_res; i++) {
+    const model_result_t *r = &res[i];
+    printf("%-14s %7.1fM  %10.1f t/s %10.1f t/s  %10.1f t/s %10.1f t/s  %6.2fx%s\n", r->preset,
+           r->params_m, r->prefill_tps[0], r->decode_tps[0], r->prefill_tps[1], r->decode_tps[1],
+           r->decode_tps[1] / r->decode_tps[0],
+           r->n_prompt != r0->n_prompt || r->n_decode != r0->n_decode ? "  (shorter: context)"
+                                                                      : "");
+  }
+  if (peer) {
+    printf("\npeer %s (%s) on the same f32 files, against tessera fp32: one peer run (-r 1)\n"
+           "after each tessera repetition, medians of %d; pp = prefill of the prompt, tg = the\n"
+           "decode steps (llama-bench decodes from position 0, tessera after the prompt)\n",
+           peer->name, peer->path, reps);
+    printf("%-14s %12s %12s %8s  %12s %12s %8s\n", "model", "tessera pp", "peer pp",
+           "ratio", "tessera tg", "peer tg", "ratio");
+    for (int i = 0; i < n_res; i++) {
+      const model_result_t *r = &res[i];
+      if (r->peer_ok)
+        printf("%-14s %8.1f t/s %8.1f t/s %7.2fx  %8.1f t/s %8.1f t/s %7.2fx\n", r->preset,
+               r->prefill_tps[0], r->peer_pp_tps, r->prefill_tps[0] / r->peer_pp_tps,
+               r->decode_tps[0], r->peer_tg_tps, r->decode_tps[0] / r->peer_tg_tps);
+      else
+        printf("%-14s peer failed: %s\n", r->preset, r->peer_err[0] ? r->peer_err : "not run");
+    }
+  }
+  if (r0->proc_runs) {
+    printf("\nload and whole process: load = open + map + weights prepared for the precision\n"
+           "(tsr_model_load + tsr_session_create, warm page cache, median of %d); run = `tessera\n"
+           "run -p \"Once upon a time\" -n N --temp 0` on the same file as a child process: wall\n"
+           "time (median of %d) and peak RSS (wait4 ru_maxrss, largest of the runs)\n",
+           r0->load_runs, r0->proc_runs);
+    printf("%-14s %5s %11s %11s %10s %10s %10s %10s\n", "model", "N", "load fp32",
+           "load int8", "run fp32", "RSS fp32", "run int8", "RSS int8");
+    for (int i = 0; i < n_res; i++) {
+      const model_result_t *r = &res[i];
+      printf("%-14s %5d %8.1f ms %8.1f ms", r->preset, r->proc_steps, r->load_ms[0],
+             r->load_ms[1]);
+      for (int p = 0; p < 2; p++) {
+        if (r->proc_err[p][0]) printf(" %10s %10s", "failed", "-");
+        else printf(" %8.2f s %6.1f MiB", r->proc_wall_s[p], mib(r->proc_rss_kib[p]));
+      }
+      printf("\n");
+      for (int p = 0; p < 2; p++)
+        if (r->proc_err[p][0]) printf("  %s %s: %s\n", r->preset, p ? "int8" : "fp32",
+                                      r->proc_err[p]);
+    }
+  }
+  bool any_depth = false;
+  for (int i = 0; i < n_res; i++) any_depth |= res[i].n_depths > 0;
+  if (any_depth) {
+    printf("\ndecode at depth: tokens/s of %d greedy decode steps starting at position p (the\n"
+           "positions before p prefilled, untimed); median of %d\n", DEPTH_STEPS, reps);
+    for (int i = 0; i < n_res; i++) {
+      const model_result_t *r = &res[i];
+      if (!r->n_depths) continue;
+      printf("%-14s %8s", r->preset, "p");
+      for (int d = 0; d < r->n_depths; d++) printf(" %9d", r->depths[d]);
+      printf("  %10s\n", "last/first");
+      for (int p = 0; p < 2; p++) {
+        printf("%-14s %8s", "", p ? "int8 t/s" : "fp32 t/s");
+        for (int d = 0; d < r->n_depths; d++) printf(" %9.1f", r->depth_tps[p][d]);
+        printf("  %9.2fx\n", r->depth_tps[p][r->n_depths - 1] / r->depth_tps[p][0]);
+      }
+      if (r->depths_skipped)
+        printf("%-14s (%d depth(s) of --depths beyond the context of %d minus %d steps: "
+               "skipped)\n", "", r->depths_skipped, r->cfg.seq_len, DEPTH_STEPS);
+    }
+  }
+  bool any_batch = false;
+  for (int i = 0; i < n_res; i++) any_batch |= res[i].n_batches > 0;
+  if (any_batch) {
+    printf("\nbatched decode on the CPU, int8 (for the batch chart): aggregate tokens/s of B\n"
+           "sequences on one engine, each prefilled with %d tokens (as --batch); median of the\n"
+           "repetitions the context holds (column reps)\n", BATCH_PROMPT);
+    printf("%-14s %5s", "model", "reps");
+    for (int b = 0; b < PLOT_N_BATCHES; b++) printf("  B=%-7d", plot_batches[b]);
+    printf("\n");
+    for (int i = 0; i < n_res; i++) {
+      const model_result_t *r = &res[i];
+      if (!r->n_batches) continue;
+      printf("%-14s %5d", r->preset, r->batch_reps);
+      for (int b = 0; b < r->n_batches; b++) printf(" %9.1f", r->batch_cpu_tps[b]);
+      printf("\n");
+    }
+  }
+  if (strcmp(off_dev, "none") != 0) {
+    printf("\nint8 offload path on %s, projected: host ops measured here + the board's\n"
+           "time (device cycles at its clock, launch latency, copies over its link)\n",
+           off_dev);
+    printf("%-14s %16s %16s  %20s\n", "model", "offload prefill", "offload decode",
+           "decode vs CPU int8");
+    for (int i = 0; i < n_res; i++)
+      printf("%-14s %12.1f t/s %12.1f t/s  %19.2fx\n", res[i].preset, res[i].off_prefill_tps,
+             res[i].off_decode_tps, res[i].off_decode_tps / res[i].decode_tps[1]);
+  }
 }
 
 int tsr_cmd_bench(int argc, char **argv) {
@@ -661,6 +1149,11 @@ int tsr_cmd_bench(int argc, char **argv) {
   int n_batches = 0;
   bool reps_set = false, device_set = false;
   double gbit = 25, lat_us = 10;
+  const char *plot_dir = NULL;
+  cli_peer_t peer;
+  bool have_peer = false, depths_off = false, process = true;
+  int32_t depths[DEPTH_MAX];
+  int n_depths = 0;
   tsr_context_options_t mco;
   tsr_context_options_init(&mco);
   for (int i = 1; i < argc; i++) {
@@ -695,6 +1188,17 @@ int tsr_cmd_bench(int argc, char **argv) {
         return 2;
     } else if (!strcmp(a, "--auto")) {
       with_auto = true;
+    } else if (!strcmp(a, "--peer")) {
+      if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_peer_parse(v, &peer)) return 2;
+      have_peer = true;
+    } else if (!strcmp(a, "--plot")) {
+      if (!(v = cli_value(cmd, argc, argv, &i))) return 2;
+      plot_dir = v;
+    } else if (!strcmp(a, "--depths")) {
+      if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_depths(v, depths, &n_depths, &depths_off))
+        return 2;
+    } else if (!strcmp(a, "--no-process")) {
+      process = false;
     } else if (!strcmp(a, "--no-kernels")) {
       kernels = false;
     } else if (!strcmp(a, "--models")) {
@@ -727,6 +1231,19 @@ int tsr_cmd_bench(int argc, char **argv) {
       return 2;
     }
   }
+  if (mco.mpi && (have_peer || plot_dir)) {
+    fprintf(stderr, "tessera bench: --%s is not for --mpi\n", have_peer ? "peer" : "plot");
+    return 2;
+  }
+  if (n_batches && have_peer) {
+    fprintf(stderr, "tessera bench: --peer goes with the model table, not --batch\n");
+    return 2;
+  }
+  if (only_kernels && have_peer) {
+    fprintf(stderr, "tessera bench: --peer measures models: not with --kernels\n");
+    return 2;
+  }
+  if (plot_dir && !cli_plot_prepare(plot_dir)) return 1;
   if (mco.mpi) {
     if (only_kernels || with_auto) {
       fprintf(stderr, "tessera bench: --mpi measures models: not with --%s\n",
@@ -762,7 +1279,7 @@ int tsr_cmd_bench(int argc, char **argv) {
     return bench_batch(batches, n_batches, models_set ? models : "stories110M,large", dir,
                        off_dev, with_auto, (int)threads, (int)reps,
                        prompt_set ? (int32_t)n_prompt : BATCH_PROMPT,
-                       decode_set ? (int32_t)n_decode : BATCH_DECODE, json);
+                       decode_set ? (int32_t)n_decode : BATCH_DECODE, json, plot_dir);
   }
   if (with_auto) {
     fprintf(stderr, "tessera bench: --auto goes with --batch\n");
@@ -796,11 +1313,28 @@ int tsr_cmd_bench(int argc, char **argv) {
 
   model_result_t res[8];
   int n_res = 0;
+  const int n_threads = threads > 0 ? (int)threads : tsr_cpu_count();
+  const bool offload = strcmp(off_dev, "none") != 0;
   if (run_models) {
     char *list = strdup(models);
+    if (!list) s = TSR_ERR(RESOURCE_EXHAUSTED, "models");
     mkdir("build", 0755);
     mkdir(dir, 0755);
-    for (char *tok = strtok(list, ","); tok && n_res < 8 && !s; tok = strtok(NULL, ",")) {
+    const model_bench_t mb = {
+        .reps = (int)reps,
+        .n_prompt = (int32_t)n_prompt,
+        .n_decode = (int32_t)n_decode,
+        .depths_off = depths_off,
+        .n_depths = n_depths,
+        .depths = depths,
+        .peer = have_peer ? &peer : NULL,
+        .threads = n_threads,
+    };
+    for (char *tok = list ? strtok(list, ",") : NULL; tok && !s; tok = strtok(NULL, ",")) {
+      if (n_res == 8) {
+        s = TSR_ERR(OUT_OF_RANGE, "--models: at most 8 models");
+        break;
+      }
       char path[1024];
       s = cli_bench_model_path(dir, tok, json, path, sizeof path);
       if (s) break;
@@ -808,10 +1342,18 @@ int tsr_cmd_bench(int argc, char **argv) {
       memset(r, 0, sizeof *r);
       snprintf(r->preset, sizeof r->preset, "%s", tok);
       if (!json) fprintf(stderr, "tessera bench: running %s\n", tok);
-      s = bench_model(ctx, path, (int)reps, (int)n_prompt, (int)n_decode, r);
-      if (!s && strcmp(off_dev, "none") != 0) {
+      s = bench_model(ctx, path, &mb, r);
+      if (!s && offload) {
         offload_spec(off_dev, &r->cfg, r->off_spec, sizeof r->off_spec);
-        s = bench_offload(r->off_spec, (int)threads, path, (int)n_prompt, (int)n_decode, r);
+        s = bench_offload(r->off_spec, (int)threads, path, r->n_prompt, r->n_decode, r);
+      }
+      if (!s && process) {
+        if (!json) fprintf(stderr, "tessera bench: %s, whole-process runs\n", tok);
+        bench_process(r, n_threads, (int)reps);
+      }
+      if (!s && plot_dir) {
+        if (!json) fprintf(stderr, "tessera bench: %s, CPU batch sweep for the chart\n", tok);
+        s = plot_batch_sweep(r, (int)threads, (int)reps);
       }
       if (!s) n_res++;
     }
@@ -821,46 +1363,65 @@ int tsr_cmd_bench(int argc, char **argv) {
   if (s) return cli_fail(cmd, s);
 
   if (json) {
-    printf("{\n  \"reps\": %d,\n", (int)reps);
+    printf("{\n  \"reps\": %d,\n  \"threads\": %d,\n", (int)reps, n_threads);
     if (kernels) {
       printf("  \"kernels\": ");
       tsr_bench_print_json(stdout, &kr);
       printf(",\n");
     }
-    printf("  \"models\": [");
-    for (int i = 0; i < n_res; i++)
-      printf("%s\n    {\"preset\": \"%s\", \"params_millions\": %.1f, "
-             "\"fp32\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}, "
-             "\"int8\": {\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f}, "
-             "\"int8_offload_projected\": {\"device\": \"%s\", \"prefill_tok_s\": %.2f, "
-             "\"decode_tok_s\": %.2f}}",
-             i ? "," : "", res[i].preset, res[i].params_m, res[i].prefill_tps[0],
-             res[i].decode_tps[0], res[i].prefill_tps[1], res[i].decode_tps[1], res[i].off_spec,
-             res[i].off_prefill_tps, res[i].off_decode_tps);
-    printf("%s]\n}\n", n_res ? "\n  " : "");
-    return 0;
+    models_print_json(res, n_res, offload, have_peer ? &peer : NULL);
+    printf("\n}\n");
+  } else {
+    if (kernels) tsr_bench_print_table(stdout, &kr);
+    if (n_res) models_print_table(res, n_res, (int)reps, off_dev, have_peer ? &peer : NULL);
   }
-  if (kernels) tsr_bench_print_table(stdout, &kr);
-  if (n_res) {
-    printf("\nmodels (generated weights; prefill %d tokens, decode %d steps; median of %d)\n",
-           (int)n_prompt, (int)n_decode, (int)reps);
-    printf("%-14s %8s  %14s %14s  %14s %14s  %7s\n", "model", "params", "fp32 prefill",
-           "fp32 decode", "int8 prefill", "int8 decode", "int8/fp32 decode");
-    for (int i = 0; i < n_res; i++)
-      printf("%-14s %7.1fM  %10.1f t/s %10.1f t/s  %10.1f t/s %10.1f t/s  %6.2fx\n",
-             res[i].preset, res[i].params_m, res[i].prefill_tps[0], res[i].decode_tps[0],
-             res[i].prefill_tps[1], res[i].decode_tps[1],
-             res[i].decode_tps[1] / res[i].decode_tps[0]);
-    if (strcmp(off_dev, "none") != 0) {
-      printf("\nint8 offload path on %s, projected: host ops measured here + the board's\n"
-             "time (device cycles at its clock, launch latency, copies over its link)\n",
-             off_dev);
-      printf("%-14s %16s %16s  %20s\n", "model", "offload prefill", "offload decode",
-             "decode vs CPU int8");
-      for (int i = 0; i < n_res; i++)
-        printf("%-14s %12.1f t/s %12.1f t/s  %19.2fx\n", res[i].preset, res[i].off_prefill_tps,
-               res[i].off_decode_tps, res[i].off_decode_tps / res[i].decode_tps[1]);
+  if (plot_dir) {
+    char caption[160];
+    snprintf(caption, sizeof caption, "this machine, %d threads, %s; median of %d", n_threads,
+             tsr_isa_name(kernels ? kr.isa : tsr_isa_detect()), (int)reps);
+    cli_plot_model_t pm[8];
+    memset(pm, 0, sizeof pm);
+    for (int i = 0; i < n_res; i++) {
+      const model_result_t *r = &res[i];
+      pm[i] = (cli_plot_model_t){
+          .preset = r->preset,
+          .params_m = r->params_m,
+          .prefill_tps = {r->prefill_tps[0], r->prefill_tps[1]},
+          .decode_tps = {r->decode_tps[0], r->decode_tps[1]},
+          .peer_prefill_tps = r->peer_ok ? r->peer_pp_tps : 0,
+          .peer_decode_tps = r->peer_ok ? r->peer_tg_tps : 0,
+          .n_depths = r->n_depths,
+          .depths = r->depths,
+          .depth_tps = {r->depth_tps[0], r->depth_tps[1]},
+          .n_batches = r->n_batches,
+          .batches = r->batches,
+          .batch_cpu_tps = r->batch_cpu_tps,
+      };
     }
+    char peer_label[64];
+    snprintf(peer_label, sizeof peer_label, "%s (f32 file)", have_peer ? peer.name : "");
+    bool ok = true;
+    const char *written[4];
+    int n_written = 0;
+    if (n_res) {
+      ok = ok && cli_plot_models(plot_dir, pm, n_res, have_peer ? peer_label : NULL, caption);
+      if (ok) written[n_written++] = "models";
+      if (ok && !depths_off) {
+        ok = cli_plot_depths(plot_dir, pm, n_res, caption);
+        if (ok) written[n_written++] = "depth";
+      }
+      ok = ok && cli_plot_batches(plot_dir, pm, n_res, NULL, caption);
+      if (ok) written[n_written++] = "batch";
+    }
+    if (ok && kernels) {
+      ok = cli_plot_roofline(plot_dir, &kr, caption);
+      if (ok) written[n_written++] = "roofline";
+    }
+    if (!ok) return 1;
+    FILE *f = json ? stderr : stdout;
+    fprintf(f, "\ncharts in %s:", plot_dir);
+    for (int i = 0; i < n_written; i++) fprintf(f, " %s.png", written[i]);
+    fprintf(f, " (data NAME.dat, gnuplot script NAME.gp)\n");
   }
   return 0;
 }
