@@ -1,0 +1,252 @@
+// tsr_loader - walks the tiles of a GEMM descriptor and issues its reads.
+//
+// Tiles go m block (Rows rows of A, or one row in GEMV mode), n block (Cols
+// rows of W), k chunk (KChunk bytes). For each step the loader waits for a
+// free buffer slot per operand (two slots each: the next step loads while
+// the current one computes), issues one read segment per A row and per W
+// row into it, and queues a step record for the compute engine. A segment is
+// skipped when the previous step left the same chunk in its slot: A across
+// n blocks, W across m blocks, when K fits one chunk (and N one n block).
+module tsr_loader #(
+  parameter int Rows      = 16,    // array rows
+  parameter int Cols      = 16,    // array columns
+  parameter int DataBytes = 64,    // AXI data bus bytes
+  parameter int KChunk    = 4096,  // k bytes per buffered chunk
+  parameter int SlotAw    = $clog2(KChunk / DataBytes),  // word address bits of a slot
+  parameter int KcW       = $clog2(KChunk) + 1,          // holds KChunk
+  parameter int MLenW     = $clog2(Rows + 1),            // holds Rows
+  parameter int NLenW     = $clog2(Cols + 1)             // holds Cols
+) (
+  input  logic              clk_i,         // clock
+  input  logic              rst_ni,        // asynchronous reset, active low
+  // the descriptor
+  input  logic              start_i,       // pulse: walk this descriptor
+  input  logic              gemv_i,        // with start_i: GEMV mode
+  input  logic [15:0]       m_i,           // M
+  input  logic [15:0]       n_i,           // N
+  input  logic [15:0]       k_i,           // K
+  input  logic [31:0]       lda_i,         // LDA
+  input  logic [31:0]       ldw_i,         // LDW
+  input  logic [31:0]       ldc_i,         // LDC
+  input  logic [63:0]       a_addr_i,      // A_ADDR
+  input  logic [63:0]       w_addr_i,      // W_ADDR
+  input  logic [63:0]       c_addr_i,      // C_ADDR
+  output logic              idle_o,        // every step issued
+  // read segments
+  output logic              seg_valid_o,   // a segment is offered
+  input  logic              seg_ready_i,   // the read master takes it
+  output logic [63:0]       seg_addr_o,    // its first byte
+  output logic [KcW-1:0]    seg_len_o,     // its bytes
+  output logic              seg_w_o,       // 1: into a W bank, 0: into an A bank
+  output logic [7:0]        seg_bank_o,    // the bank (operand row in the block)
+  output logic [SlotAw:0]   seg_waddr_o,   // first buffer word (slot, word 0)
+  // step records
+  output logic              push_o,        // a step record is ready
+  input  logic              full_i,        // the step queue is full
+  input  logic [31:0]       segs_issued_i, // segments issued so far
+  output logic              st_sa_o,       // A slot of the step
+  output logic              st_sw_o,       // W slot of the step
+  output logic [KcW-1:0]    st_kc_o,       // k bytes of the step
+  output logic              st_first_o,    // first k chunk of its tile
+  output logic              st_last_o,     // last k chunk of its tile
+  output logic              st_gemv_o,     // GEMV mode
+  output logic [MLenW-1:0]  st_mlen_o,     // rows of the tile
+  output logic [NLenW-1:0]  st_nlen_o,     // columns of the tile
+  output logic [63:0]       st_c_o,        // address of the tile's C[0][0]
+  output logic [31:0]       st_target_o,   // segments that must have arrived
+  // slot releases from the compute engine
+  input  logic              release_i,     // a step's compute ends
+  input  logic              rel_sa_i,      // its A slot
+  input  logic              rel_sw_i       // its W slot
+);
+  localparam int LogRows = $clog2(Rows);
+  localparam int LogCols = $clog2(Cols);
+
+  typedef enum logic [2:0] {LIdle, LPrep, LASeg, LWSeg, LPush, LNext} load_e;
+
+  load_e            st_q, st_d;
+  logic             gemv_q, gemv_d;
+  logic [16:0]      m0_q, m0_d, n0_q, n0_d, k0_q, k0_d;        // tile origin
+  logic [63:0]      a_blk_q, a_blk_d, w_blk_q, w_blk_d;        // A + m0*LDA, W + n0*LDW
+  logic [63:0]      c_row_q, c_row_d;                          // C + m0*LDC
+  logic [63:0]      seg_ptr_q, seg_ptr_d;
+  logic [7:0]       seg_idx_q, seg_idx_d;
+  logic             sa_q, sa_d, sw_q, sw_d;                    // slots of the step
+  logic [MLenW-1:0] mlen_q, mlen_d;
+  logic [NLenW-1:0] nlen_q, nlen_d;
+  logic [KcW-1:0]   kc_q, kc_d;
+  logic             reuse_w_q, reuse_w_d;
+  logic [2:0]       busy_a_q [2];
+  logic [2:0]       busy_w_q [2];
+
+  // Parameters of the next step (from the loop state).
+  logic [16:0]      m_rem, n_rem, k_rem;
+  logic [MLenW-1:0] m_len;
+  logic [NLenW-1:0] n_len;
+  logic [KcW-1:0]   kc_len;
+  logic             reuse_a, reuse_w, na, nw, prep_ok, seg_hs;
+  assign m_rem   = {1'b0, m_i} - m0_q;
+  assign n_rem   = {1'b0, n_i} - n0_q;
+  assign k_rem   = {1'b0, k_i} - k0_q;
+  assign m_len   = gemv_q ? MLenW'(1) : ((m_rem >= 17'(Rows)) ? MLenW'(Rows) : MLenW'(m_rem));
+  assign n_len   = (n_rem >= 17'(Cols)) ? NLenW'(Cols) : NLenW'(n_rem);
+  assign kc_len  = (k_rem >= 17'(KChunk)) ? KcW'(KChunk) : KcW'(k_rem);
+  assign reuse_a = (k_i <= 16'(KChunk)) && (n0_q != 17'd0);
+  assign reuse_w = (k_i <= 16'(KChunk)) && (n_i <= 16'(Cols)) && (m0_q != 17'd0);
+  assign na      = reuse_a ? sa_q : !sa_q;
+  assign nw      = reuse_w ? sw_q : !sw_q;
+  assign prep_ok = !full_i && (reuse_a || busy_a_q[na] == 3'd0) &&
+                   (reuse_w || busy_w_q[nw] == 3'd0);
+  assign seg_hs  = seg_valid_o && seg_ready_i;
+
+  always_comb begin
+    st_d = st_q;
+    gemv_d = gemv_q;
+    m0_d = m0_q; n0_d = n0_q; k0_d = k0_q;
+    a_blk_d = a_blk_q; w_blk_d = w_blk_q; c_row_d = c_row_q;
+    seg_ptr_d = seg_ptr_q; seg_idx_d = seg_idx_q;
+    sa_d = sa_q; sw_d = sw_q;
+    mlen_d = mlen_q; nlen_d = nlen_q; kc_d = kc_q; reuse_w_d = reuse_w_q;
+    unique case (st_q)
+      LIdle: begin
+        if (start_i) begin
+          gemv_d = gemv_i;
+          m0_d = '0; n0_d = '0; k0_d = '0;
+          a_blk_d = a_addr_i; w_blk_d = w_addr_i; c_row_d = c_addr_i;
+          st_d = LPrep;
+        end
+      end
+      LPrep: begin
+        if (prep_ok) begin
+          sa_d = na;
+          sw_d = nw;
+          mlen_d = m_len;
+          nlen_d = n_len;
+          kc_d = kc_len;
+          reuse_w_d = reuse_w;
+          seg_idx_d = '0;
+          if (!reuse_a) begin
+            seg_ptr_d = a_blk_q + 64'(k0_q);
+            st_d = LASeg;
+          end else if (!reuse_w) begin
+            seg_ptr_d = w_blk_q + 64'(k0_q);
+            st_d = LWSeg;
+          end else begin
+            st_d = LPush;
+          end
+        end
+      end
+      LASeg: begin
+        if (seg_hs) begin
+          seg_ptr_d = seg_ptr_q + 64'(lda_i);
+          seg_idx_d = seg_idx_q + 8'd1;
+          if (seg_idx_q + 8'd1 == 8'(mlen_q)) begin
+            seg_idx_d = '0;
+            if (!reuse_w_q) begin
+              seg_ptr_d = w_blk_q + 64'(k0_q);
+              st_d = LWSeg;
+            end else begin
+              st_d = LPush;
+            end
+          end
+        end
+      end
+      LWSeg: begin
+        if (seg_hs) begin
+          seg_ptr_d = seg_ptr_q + 64'(ldw_i);
+          seg_idx_d = seg_idx_q + 8'd1;
+          if (seg_idx_q + 8'd1 == 8'(nlen_q)) st_d = LPush;
+        end
+      end
+      LPush: st_d = LNext;
+      LNext: begin
+        st_d = LPrep;
+        if (k0_q + 17'(kc_q) < {1'b0, k_i}) begin
+          k0_d = k0_q + 17'(KChunk);
+        end else begin
+          k0_d = '0;
+          if (n0_q + 17'(Cols) < {1'b0, n_i}) begin
+            n0_d = n0_q + 17'(Cols);
+            w_blk_d = w_blk_q + ({32'd0, ldw_i} << LogCols);
+          end else begin
+            n0_d = '0;
+            w_blk_d = w_addr_i;
+            if (m0_q + (gemv_q ? 17'd1 : 17'(Rows)) < {1'b0, m_i}) begin
+              m0_d = m0_q + (gemv_q ? 17'd1 : 17'(Rows));
+              a_blk_d = a_blk_q + (gemv_q ? {32'd0, lda_i} : ({32'd0, lda_i} << LogRows));
+              c_row_d = c_row_q + (gemv_q ? {32'd0, ldc_i} : ({32'd0, ldc_i} << LogRows));
+            end else begin
+              st_d = LIdle;
+            end
+          end
+        end
+      end
+      default: st_d = LIdle;
+    endcase
+  end
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      st_q <= LIdle;
+      gemv_q <= 1'b0;
+      m0_q <= '0; n0_q <= '0; k0_q <= '0;
+      a_blk_q <= '0; w_blk_q <= '0; c_row_q <= '0;
+      seg_ptr_q <= '0; seg_idx_q <= '0;
+      sa_q <= 1'b0; sw_q <= 1'b0;
+      mlen_q <= '0; nlen_q <= '0; kc_q <= '0; reuse_w_q <= 1'b0;
+    end else begin
+      st_q <= st_d;
+      gemv_q <= gemv_d;
+      m0_q <= m0_d; n0_q <= n0_d; k0_q <= k0_d;
+      a_blk_q <= a_blk_d; w_blk_q <= w_blk_d; c_row_q <= c_row_d;
+      seg_ptr_q <= seg_ptr_d; seg_idx_q <= seg_idx_d;
+      sa_q <= sa_d; sw_q <= sw_d;
+      mlen_q <= mlen_d; nlen_q <= nlen_d; kc_q <= kc_d; reuse_w_q <= reuse_w_d;
+    end
+  end
+
+  // Slot use counts: +1 when a step is queued, -1 when its compute ends.
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      busy_a_q[0] <= '0; busy_a_q[1] <= '0; busy_w_q[0] <= '0; busy_w_q[1] <= '0;
+    end else begin
+      for (int s = 0; s < 2; s++) begin
+        busy_a_q[s] <= busy_a_q[s] + 3'((push_o && sa_q == s[0])) -
+                       3'((release_i && rel_sa_i == s[0]));
+        busy_w_q[s] <= busy_w_q[s] + 3'((push_o && sw_q == s[0])) -
+                       3'((release_i && rel_sw_i == s[0]));
+      end
+    end
+  end
+
+  assign idle_o      = (st_q == LIdle);
+  assign seg_valid_o = (st_q == LASeg) || (st_q == LWSeg);
+  assign seg_addr_o  = seg_ptr_q;
+  assign seg_len_o   = kc_q;
+  assign seg_w_o     = (st_q == LWSeg);
+  assign seg_bank_o  = seg_idx_q;
+  assign seg_waddr_o = {(st_q == LWSeg) ? sw_q : sa_q, {SlotAw{1'b0}}};
+  assign push_o      = (st_q == LPush);
+  assign st_sa_o     = sa_q;
+  assign st_sw_o     = sw_q;
+  assign st_kc_o     = kc_q;
+  assign st_first_o  = (k0_q == 17'd0);
+  assign st_last_o   = (k0_q + 17'(kc_q) == {1'b0, k_i});
+  assign st_gemv_o   = gemv_q;
+  assign st_mlen_o   = mlen_q;
+  assign st_nlen_o   = nlen_q;
+  assign st_c_o      = c_row_q + {45'd0, n0_q, 2'b00};
+  assign st_target_o = segs_issued_i;
+
+`ifndef SYNTHESIS
+  // Checkers sample the reset synchronously.
+  /* verilator lint_off SYNCASYNCNET */
+  always_ff @(posedge clk_i) begin
+    if (rst_ni && release_i) begin
+      assert (busy_a_q[rel_sa_i] != 3'd0 && busy_w_q[rel_sw_i] != 3'd0)
+        else $error("tsr_loader: a step released a free slot");
+    end
+  end
+  /* verilator lint_on SYNCASYNCNET */
+`endif
+endmodule
