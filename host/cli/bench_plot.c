@@ -121,7 +121,7 @@ static void script_head(FILE *f, const char *name, const char *title, const char
           "set output \"%s.png\"\n"
           "set title \"%s\\n{/*0.8 %s}\"\n"
           "set grid\n"
-          "set key outside right top\n",
+          "set key below\n",
           name, name, name, name, title, caption);
 }
 
@@ -165,7 +165,7 @@ bool cli_plot_models(const char *dir, const cli_plot_model_t *m, int n, const ch
           "     \"\" using 2:4 with linespoints lw 2 pt 5 title \"fp32 decode\", \\\n"
           "     \"\" using 2:5 with linespoints lw 2 pt 9 title \"int8 prefill\", \\\n"
           "     \"\" using 2:6 with linespoints lw 2 pt 11 title \"int8 decode\", \\\n"
-          "     \"\" using 2:6:1 with labels offset 0,1.2 notitle",
+          "     \"\" using 2:6:1 with labels offset 0,1.2 noenhanced notitle",
           lo / 2, hi * 2);
   if (peer_label) {
     char t[200];
@@ -292,7 +292,7 @@ bool cli_plot_roofline(const char *dir, const tsr_bench_kernel_results_t *kr,
     const double ops = 2.0 * k->shape.m * (double)k->shape.n * k->shape.k;
     const double bytes = (double)k->shape.n * k->shape.k + (double)k->shape.m * k->shape.k;
     const double ai = ops / bytes;
-    fprintf(f, "int8_%dx%dx%d %.6g %.6g int8\n", k->shape.m, k->shape.n, k->shape.k, ai,
+    fprintf(f, "int8:%dx%dx%d %.6g %.6g int8\n", k->shape.m, k->shape.n, k->shape.k, ai,
             k->gops);
     if (ai < lo) lo = ai;
     if (ai > hi) hi = ai;
@@ -300,11 +300,35 @@ bool cli_plot_roofline(const char *dir, const tsr_bench_kernel_results_t *kr,
   if (kr->sgemm_n && kr->sgemm_gflops > 0) {
     /* three n x n fp32 matrices: 12 n^2 bytes for 2 n^3 flops */
     const double ai = (double)kr->sgemm_n / 6.0;
-    fprintf(f, "sgemm_%d^3 %.6g %.6g fp32\n", kr->sgemm_n, ai, kr->sgemm_gflops);
+    fprintf(f, "sgemm:%d^3 %.6g %.6g fp32\n", kr->sgemm_n, ai, kr->sgemm_gflops);
     if (ai < lo) lo = ai;
     if (ai > hi) hi = ai;
   }
   if (hi == 0) lo = 0.5, hi = 1000;
+  /* Point labels, alternately below and above (shapes of like intensity
+   * sit close together). */
+  char labels[2048];
+  size_t ll = 0;
+  labels[0] = '\0';
+  for (int i = 0; i <= kr->n_shapes && ll < sizeof labels - 200; i++) {
+    char name[64];
+    double ai, y;
+    if (i < kr->n_shapes) {
+      const tsr_bench_kernel_result_t *k = &kr->shapes[i];
+      snprintf(name, sizeof name, "int8 %dx%dx%d", k->shape.m, k->shape.n, k->shape.k);
+      ai = 2.0 * k->shape.m * (double)k->shape.n * k->shape.k /
+           ((double)k->shape.n * k->shape.k + (double)k->shape.m * k->shape.k);
+      y = k->gops;
+    } else {
+      if (!kr->sgemm_n || !(kr->sgemm_gflops > 0)) break;
+      snprintf(name, sizeof name, "sgemm %d^3", kr->sgemm_n);
+      ai = kr->sgemm_n / 6.0, y = kr->sgemm_gflops;
+    }
+    if (!(y > 0)) continue;
+    ll += (size_t)snprintf(labels + ll, sizeof labels - ll,
+                           "set label %d \"%s\" at %.6g,%.6g center offset 0,%s font \",9\" "
+                           "noenhanced\n", i + 1, name, ai, y, i % 2 ? "1.3" : "-1.3");
+  }
   if (!plot_close(f, dir, "roofline.dat")) return false;
   if (!(f = plot_open(dir, "roofline.gp"))) return false;
   script_head(f, "roofline", "roofline of the kernels against this machine's measured limits",
@@ -319,16 +343,17 @@ bool cli_plot_roofline(const char *dir, const tsr_bench_kernel_results_t *kr,
           "set logscale xy\n"
           "set xrange [%.6g:%.6g]\n"
           "set samples 500\n"
+          "%s"
           "plot (p8 > 0 ? roof(x, p8) : NaN) with lines lw 2 lc rgb \"#1f77b4\" "
           "title sprintf(\"int8 roof: min(%%.1f GB/s x AI, %%.0f GOPS)\", bw, p8), \\\n"
           "     (p32 > 0 ? roof(x, p32) : NaN) with lines lw 2 dt 2 lc rgb \"#d62728\" "
           "title sprintf(\"fp32 roof: min(%%.1f GB/s x AI, %%.0f GFLOPS)\", bw, p32), \\\n"
           "     \"roofline.dat\" using 2:(strcol(4) eq \"int8\" ? $3 : NaN) with points pt 7 "
-          "ps 1.8 lc rgb \"#1f77b4\" title \"int8 kernels (tsr_qgemm)\", \\\n"
+          "ps 1.8 lc rgb \"#1f77b4\" title \"int8 kernels (tsr_qgemm)\" noenhanced, \\\n"
           "     \"\" using 2:(strcol(4) eq \"fp32\" ? $3 : NaN) with points pt 5 ps 1.8 "
-          "lc rgb \"#d62728\" title \"OpenBLAS sgemm (fp32)\", \\\n"
-          "     \"\" using 2:3:1 with labels offset 0,-1.3 font \",9\" notitle\n",
-          kr->mem_bw_gbps, kr->int8_peak_gops, kr->fp32_peak_gflops, lo / 4, hi * 4);
+          "lc rgb \"#d62728\" title \"OpenBLAS sgemm (fp32)\""
+          "\n",
+          kr->mem_bw_gbps, kr->int8_peak_gops, kr->fp32_peak_gflops, lo / 4, hi * 4, labels);
   if (!plot_close(f, dir, "roofline.gp")) return false;
   return plot_render(dir, "roofline.gp");
 }

@@ -1051,9 +1051,10 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
                                                                       : "");
   }
   if (peer) {
-    printf("\npeer %s (%s) on the same f32 files, against tessera fp32: one peer run (-r 1)\n"
-           "after each tessera repetition, medians of %d; pp = prefill of the prompt, tg = the\n"
-           "decode steps (llama-bench decodes from position 0, tessera after the prompt)\n",
+    printf("\npeer %s: %s\n"
+           "on the same f32 files, against tessera fp32: one peer run (-r 1) after each tessera\n"
+           "repetition, medians of %d; pp = prefill of the prompt, tg = the decode steps\n"
+           "(llama-bench decodes from position 0, tessera after the prompt)\n",
            peer->name, peer->path, reps);
     printf("%-14s %12s %12s %8s  %12s %12s %8s\n", "model", "tessera pp", "peer pp",
            "ratio", "tessera tg", "peer tg", "ratio");
