@@ -70,11 +70,12 @@ static void usage(FILE *f) {
           "                   --mpi-timeout MS and --device (one list per rank, ';')\n"
           "  --network G,US   the network of the projection: G Gbit/s, US microseconds\n"
           "                   per message (default 25,10: 25 GbE)\n"
-          "  --peer llama-bench=PATH  also run llama.cpp's llama-bench on the same f32\n"
-          "                   files (-p PROMPT -n DECODE -t THREADS -r 1 -o json), one run\n"
-          "                   after each tessera fp32 repetition; prints its figures and\n"
-          "                   tessera/peer ratios. A peer that fails is named with the\n"
-          "                   reason and the table goes on without it\n"
+          "  --peer llama-bench=PATH  also run llama.cpp's llama-bench on the same\n"
+          "                   generated files (-p PROMPT -n DECODE -t THREADS -r 1 -o json),\n"
+          "                   one run after each tessera repetition: the f32 file against\n"
+          "                   fp32, a q8_0 file of the model against int8 on that file;\n"
+          "                   prints its figures and tessera/peer ratios. A peer that fails\n"
+          "                   is named with the reason and the table goes on without it\n"
           "  --depths LIST    decode at depth: positions where %d timed greedy decode\n"
           "                   steps start, comma-separated (default 0,256,512,896 where\n"
           "                   the context holds them, else 0 and 1/4, 1/2, 7/8 of it);\n"
@@ -109,17 +110,24 @@ static double params_millions(const tsr_model_config_t *c) {
           (c->shared_classifier ? 1 : 2) * (double)c->vocab_size * d) / 1e6;
 }
 
-tsr_status_t cli_bench_model_path(const char *dir, const char *preset, bool quiet,
-                                     char *path, size_t cap) {
+/* The generated model of `preset` with weights of `type` (seed 1), written
+ * on first use. */
+static tsr_status_t bench_model_file(const char *dir, const char *preset, tsr_dtype_t type,
+                                     bool quiet, char *path, size_t cap) {
   tsr_gen_params_t p;
   TSR_RETURN_IF(tsr_gen_preset(preset, &p));
-  snprintf(path, cap, "%s/%s-f32-seed1.gguf", dir, preset);
+  snprintf(path, cap, "%s/%s-%s-seed1.gguf", dir, preset, type == TSR_DTYPE_Q8_0 ? "q8_0" : "f32");
   struct stat st;
   if (stat(path, &st) == 0) return TSR_OK;
   p.seed = 1;
-  p.type = TSR_DTYPE_F32;
+  p.type = type;
   if (!quiet) fprintf(stderr, "tessera bench: generating %s\n", path);
   return tsr_gen_model_write(path, &p);
+}
+
+tsr_status_t cli_bench_model_path(const char *dir, const char *preset, bool quiet,
+                                     char *path, size_t cap) {
+  return bench_model_file(dir, preset, TSR_DTYPE_F32, quiet, path, cap);
 }
 
 /* The device memory the offload engines need for the model's int8
@@ -150,6 +158,14 @@ static void offload_spec(const char *spec, const tsr_model_config_t *c, char *ou
 }
 
 
+/* The peer's figures on one file. */
+typedef struct {
+  bool ok;
+  int reps;
+  double pp_tps, tg_tps; /* medians */
+  char err[640];         /* why it failed */
+} peer_result_t;
+
 typedef struct {
   char preset[32];
   char path[1024];
@@ -174,11 +190,13 @@ typedef struct {
   int n_depths, depths_skipped;
   int32_t depths[DEPTH_MAX];
   double depth_tps[2][DEPTH_MAX];
-  /* the peer on the same file, alternated with the fp32 repetitions */
-  bool peer_ran, peer_ok;
-  int peer_reps;
-  double peer_pp_tps, peer_tg_tps;
-  char peer_err[640];
+  /* the peer on the same files, alternated with tessera's repetitions:
+   * [0] the f32 file against fp32, [1] the q8_0 file against int8 */
+  bool peer_ran;
+  peer_result_t peer[2];
+  char q8_path[1024];
+  double q8_prefill_tps, q8_decode_tps; /* tessera int8 on the q8_0 file */
+  double q8_load_ms;
   /* CPU int8 batch sweep (with --plot) */
   int n_batches, batch_reps;
   int32_t batches[PLOT_N_BATCHES];
@@ -329,6 +347,88 @@ static tsr_status_t depth_sweep(tsr_session_t *sess, model_result_t *r, int prec
   return s;
 }
 
+/* One peer run on `path` after tessera's repetition `rep`; a failure is
+ * kept in *pr (later repetitions are not tried) and named on stderr. */
+static void peer_rep(const model_bench_t *o, const char *path, int32_t n_prompt,
+                     int32_t n_decode, int rep, double *pp, double *tg, peer_result_t *pr) {
+  if (pr->err[0]) return;
+  char why[512];
+  if (cli_peer_llama_bench(o->peer, path, n_prompt, n_decode, o->threads, &pp[rep], &tg[rep],
+                           why, sizeof why)) {
+    pr->reps++;
+    return;
+  }
+  snprintf(pr->err, sizeof pr->err, "%s", why);
+  fprintf(stderr, "tessera bench: peer %s '%s' on '%s' (repetition %d): %s; the table goes "
+                  "on without its figures for this file\n",
+          o->peer->name, o->peer->path, path, rep + 1, why);
+}
+
+static void peer_done(peer_result_t *pr, int reps, double *pp, double *tg) {
+  if (pr->err[0] || pr->reps != reps) return;
+  pr->ok = true;
+  pr->pp_tps = cli_median(pp, reps);
+  pr->tg_tps = cli_median(tg, reps);
+}
+
+/* With a peer: tessera int8 on the model's q8_0 file (the format the peer
+ * runs as int8), load timed, then `reps` repetitions each followed by the
+ * peer's run on that file. */
+static tsr_status_t bench_q8(tsr_context_t *ctx, const model_bench_t *o, model_result_t *r) {
+  const int reps = o->reps;
+  const int32_t n_prompt = r->n_prompt, n_decode = r->n_decode, vocab = r->cfg.vocab_size;
+  int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
+  double *pre = malloc(sizeof(double) * (size_t)reps), *dec = malloc(sizeof(double) * (size_t)reps);
+  double *ppp = malloc(sizeof(double) * (size_t)reps), *ptg = malloc(sizeof(double) * (size_t)reps);
+  tsr_status_t s = toks && pre && dec && ppp && ptg
+                       ? TSR_OK
+                       : TSR_ERR(RESOURCE_EXHAUSTED, "%s: benchmark buffers", r->q8_path);
+  tsr_model_t *m = NULL;
+  tsr_session_t *sess = NULL;
+  tsr_session_options_t so;
+  tsr_session_options_init(&so);
+  so.precision = TSR_PRECISION_INT8;
+  double lt[LOAD_MAX_RUNS];
+  for (int l = 0; l < r->load_runs && !s; l++) {
+    const double t0 = cli_now_s();
+    s = tsr_model_load(ctx, r->q8_path, NULL, &m);
+    if (!s) s = tsr_session_create(m, &so, &sess);
+    lt[l] = (cli_now_s() - t0) * 1e3;
+    if (l + 1 < r->load_runs || s) {
+      tsr_session_destroy(sess);
+      tsr_model_destroy(m);
+      sess = NULL, m = NULL;
+    }
+  }
+  if (!s) {
+    r->q8_load_ms = cli_median(lt, r->load_runs);
+    bench_tokens(toks, n_prompt, vocab);
+  }
+  for (int rep = 0; rep < reps && !s; rep++) {
+    tsr_session_reset(sess);
+    const float *logits = NULL;
+    const double t0 = cli_now_s();
+    s = tsr_session_eval(sess, toks, (size_t)n_prompt, &logits);
+    const double t1 = cli_now_s();
+    for (int i = 0; i < n_decode && !s; i++) {
+      int32_t best = cli_argmax(logits, vocab);
+      s = tsr_session_eval(sess, &best, 1, &logits);
+    }
+    pre[rep] = n_prompt / (t1 - t0);
+    dec[rep] = n_decode / (cli_now_s() - t1);
+    if (!s) peer_rep(o, r->q8_path, n_prompt, n_decode, rep, ppp, ptg, &r->peer[1]);
+  }
+  if (!s) {
+    r->q8_prefill_tps = cli_median(pre, reps);
+    r->q8_decode_tps = cli_median(dec, reps);
+    peer_done(&r->peer[1], reps, ppp, ptg);
+  }
+  tsr_session_destroy(sess);
+  tsr_model_destroy(m);
+  free(toks), free(pre), free(dec), free(ppp), free(ptg);
+  return s;
+}
+
 /* Per precision: the model loaded and its session created (timed, a few
  * times), then `reps` repetitions of a prefill of `n_prompt` tokens and
  * `n_decode` greedy steps (medians), with the peer's run on the same file
@@ -399,18 +499,8 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, const mode
       pre[rep] = n_prompt / (t1 - t0);
       dec[rep] = n_decode / (t2 - t1);
       /* the peer's repetition right after tessera's, on the same file */
-      if (!s && prec == 0 && o->peer && !r->peer_err[0]) {
-        char why[512];
-        if (cli_peer_llama_bench(o->peer, path, n_prompt, n_decode, o->threads, &ppp[rep],
-                                 &ptg[rep], why, sizeof why))
-          r->peer_reps++;
-        else {
-          snprintf(r->peer_err, sizeof r->peer_err, "%s", why);
-          fprintf(stderr, "tessera bench: peer %s '%s' on '%s' (repetition %d): %s; the "
-                          "table goes on without its figures for this model\n",
-                  o->peer->name, o->peer->path, path, rep + 1, why);
-        }
-      }
+      if (!s && prec == 0 && o->peer)
+        peer_rep(o, path, n_prompt, n_decode, rep, ppp, ptg, &r->peer[0]);
     }
     if (!s) {
       r->prefill_tps[prec] = cli_median(pre, reps);
@@ -421,11 +511,7 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, const mode
     tsr_model_destroy(m);
     m = NULL;
   }
-  if (!s && r->peer_ran && !r->peer_err[0] && r->peer_reps == reps) {
-    r->peer_ok = true;
-    r->peer_pp_tps = cli_median(ppp, reps);
-    r->peer_tg_tps = cli_median(ptg, reps);
-  }
+  if (!s && r->peer_ran) peer_done(&r->peer[0], reps, ppp, ptg);
   free(toks), free(pre), free(dec), free(ppp), free(ptg), free(dt);
   return s;
 }
@@ -1009,19 +1095,27 @@ static void models_print_json(const model_result_t *res, int n_res, bool offload
     if (r->peer_ran) {
       printf(",\n     \"peer\": {\"name\": \"%s\", \"path\": ", peer->name);
       cli_json_string(stdout, peer->path);
-      printf(", \"file\": ");
-      cli_json_string(stdout, r->path);
-      if (r->peer_ok)
-        printf(", \"ok\": true, \"reps\": %d, \"compared_with\": \"fp32\", "
-               "\"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
-               "\"prefill_ratio\": %.4f, \"decode_ratio\": %.4f}",
-               r->peer_reps, r->peer_pp_tps, r->peer_tg_tps, r->prefill_tps[0] / r->peer_pp_tps,
-               r->decode_tps[0] / r->peer_tg_tps);
-      else {
-        printf(", \"ok\": false, \"error\": ");
-        cli_json_string(stdout, r->peer_err[0] ? r->peer_err : "not run");
-        printf("}");
+      for (int f = 0; f < 2; f++) {
+        const peer_result_t *pr = &r->peer[f];
+        const double ours_pp = f ? r->q8_prefill_tps : r->prefill_tps[0];
+        const double ours_tg = f ? r->q8_decode_tps : r->decode_tps[0];
+        printf(",\n       \"%s\": {\"file\": ", f ? "q8_0" : "f32");
+        cli_json_string(stdout, f ? r->q8_path : r->path);
+        printf(", \"compared_with\": \"%s\"", f ? "int8" : "fp32");
+        if (f)
+          printf(", \"tessera\": {\"load_ms\": %.2f, \"prefill_tok_s\": %.2f, "
+                 "\"decode_tok_s\": %.2f}", r->q8_load_ms, ours_pp, ours_tg);
+        if (pr->ok)
+          printf(", \"ok\": true, \"reps\": %d, \"prefill_tok_s\": %.2f, "
+                 "\"decode_tok_s\": %.2f, \"prefill_ratio\": %.4f, \"decode_ratio\": %.4f}",
+                 pr->reps, pr->pp_tps, pr->tg_tps, ours_pp / pr->pp_tps, ours_tg / pr->tg_tps);
+        else {
+          printf(", \"ok\": false, \"error\": ");
+          cli_json_string(stdout, pr->err[0] ? pr->err : "not run");
+          printf("}");
+        }
       }
+      printf("}");
     }
     if (r->n_batches) {
       printf(",\n     \"batched_cpu_int8\": {\"reps\": %d, \"batches\": [", r->batch_reps);
@@ -1052,20 +1146,28 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
   }
   if (peer) {
     printf("\npeer %s: %s\n"
-           "on the same f32 files, against tessera fp32: one peer run (-r 1) after each tessera\n"
+           "on the same generated files: the f32 file against tessera fp32, the q8_0 file\n"
+           "against tessera int8 on that file; one peer run (-r 1) after each tessera\n"
            "repetition, medians of %d; pp = prefill of the prompt, tg = the decode steps\n"
            "(llama-bench decodes from position 0, tessera after the prompt)\n",
            peer->name, peer->path, reps);
-    printf("%-14s %12s %12s %8s  %12s %12s %8s\n", "model", "tessera pp", "peer pp",
-           "ratio", "tessera tg", "peer tg", "ratio");
+    printf("%-14s %-5s %12s %12s %8s  %12s %12s %8s\n", "model", "file", "tessera pp",
+           "peer pp", "ratio", "tessera tg", "peer tg", "ratio");
     for (int i = 0; i < n_res; i++) {
       const model_result_t *r = &res[i];
-      if (r->peer_ok)
-        printf("%-14s %8.1f t/s %8.1f t/s %7.2fx  %8.1f t/s %8.1f t/s %7.2fx\n", r->preset,
-               r->prefill_tps[0], r->peer_pp_tps, r->prefill_tps[0] / r->peer_pp_tps,
-               r->decode_tps[0], r->peer_tg_tps, r->decode_tps[0] / r->peer_tg_tps);
-      else
-        printf("%-14s peer failed: %s\n", r->preset, r->peer_err[0] ? r->peer_err : "not run");
+      for (int f = 0; f < 2; f++) {
+        const peer_result_t *pr = &r->peer[f];
+        const double pp = f ? r->q8_prefill_tps : r->prefill_tps[0];
+        const double tg = f ? r->q8_decode_tps : r->decode_tps[0];
+        const char *file = f ? "q8_0" : "f32";
+        if (pr->ok)
+          printf("%-14s %-5s %8.1f t/s %8.1f t/s %7.2fx  %8.1f t/s %8.1f t/s %7.2fx\n",
+                 r->preset, file, pp, pr->pp_tps, pp / pr->pp_tps, tg, pr->tg_tps,
+                 tg / pr->tg_tps);
+        else
+          printf("%-14s %-5s peer failed: %s\n", r->preset, file,
+                 pr->err[0] ? pr->err : "not run");
+      }
     }
   }
   if (r0->proc_runs) {
@@ -1074,8 +1176,9 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
            "run -p \"Once upon a time\" -n N --temp 0` on the same file as a child process: wall\n"
            "time (median of %d) and peak RSS (wait4 ru_maxrss, largest of the runs)\n",
            r0->load_runs, r0->proc_runs);
-    printf("%-14s %5s %11s %11s %10s %10s %10s %10s\n", "model", "N", "load fp32",
-           "load int8", "run fp32", "RSS fp32", "run int8", "RSS int8");
+    printf("%-14s %5s %11s %11s %10s %10s %10s %10s%s\n", "model", "N", "load fp32",
+           "load int8", "run fp32", "RSS fp32", "run int8", "RSS int8",
+           peer ? "  load int8 of q8_0" : "");
     for (int i = 0; i < n_res; i++) {
       const model_result_t *r = &res[i];
       printf("%-14s %5d %8.1f ms %8.1f ms", r->preset, r->proc_steps, r->load_ms[0],
@@ -1084,6 +1187,7 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
         if (r->proc_err[p][0]) printf(" %10s %10s", "failed", "-");
         else printf(" %8.2f s %6.1f MiB", r->proc_wall_s[p], mib(r->proc_rss_kib[p]));
       }
+      if (peer) printf(" %15.1f ms", r->q8_load_ms);
       printf("\n");
       for (int p = 0; p < 2; p++)
         if (r->proc_err[p][0]) printf("  %s %s: %s\n", r->preset, p ? "int8" : "fp32",
@@ -1344,6 +1448,10 @@ int tsr_cmd_bench(int argc, char **argv) {
       snprintf(r->preset, sizeof r->preset, "%s", tok);
       if (!json) fprintf(stderr, "tessera bench: running %s\n", tok);
       s = bench_model(ctx, path, &mb, r);
+      if (!s && have_peer) {
+        s = bench_model_file(dir, tok, TSR_DTYPE_Q8_0, json, r->q8_path, sizeof r->q8_path);
+        if (!s) s = bench_q8(ctx, &mb, r);
+      }
       if (!s && offload) {
         offload_spec(off_dev, &r->cfg, r->off_spec, sizeof r->off_spec);
         s = bench_offload(r->off_spec, (int)threads, path, r->n_prompt, r->n_decode, r);
@@ -1389,8 +1497,8 @@ int tsr_cmd_bench(int argc, char **argv) {
           .params_m = r->params_m,
           .prefill_tps = {r->prefill_tps[0], r->prefill_tps[1]},
           .decode_tps = {r->decode_tps[0], r->decode_tps[1]},
-          .peer_prefill_tps = r->peer_ok ? r->peer_pp_tps : 0,
-          .peer_decode_tps = r->peer_ok ? r->peer_tg_tps : 0,
+          .peer_prefill_tps = r->peer[0].ok ? r->peer[0].pp_tps : 0,
+          .peer_decode_tps = r->peer[0].ok ? r->peer[0].tg_tps : 0,
           .n_depths = r->n_depths,
           .depths = r->depths,
           .depth_tps = {r->depth_tps[0], r->depth_tps[1]},

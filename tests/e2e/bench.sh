@@ -2,9 +2,11 @@
 # bench.sh BUILD - tessera bench on a generated stories260K-sized model:
 #  - --peer llama-bench=PATH with a fake llama-bench written here that prints
 #    llama-bench-shaped JSON with known rates: the peer's figures are those
-#    rates, the printed ratios equal tessera's printed figure divided by the
-#    peer's (computed here from the printed figures, table and JSON), and it
-#    was called once per repetition with the arguments it should get;
+#    rates, on the f32 file (against fp32) and the q8_0 file (against int8 on
+#    that file); the printed ratios equal tessera's printed figure divided by
+#    the peer's (computed here from the printed figures, table and JSON), and
+#    it was called once per repetition and file with the arguments it should
+#    get;
 #  - a peer that is missing, not executable, exits non-zero, dies on a
 #    signal, prints garbage, JSON of another file or without the tg record:
 #    the bench still exits 0, the table and the JSON state the failure with
@@ -66,47 +68,58 @@ cp "$W/fake.sh" "$W/noexec.sh" && chmod 644 "$W/noexec.sh"
 # ---- the peer's figures and ratios ----
 if "$T" bench $Q --peer "llama-bench=$W/ok.sh" --depths none --no-process --json \
      > "$W/ok.json" 2> "$W/ok.err"; then
-  if "$PY" - "$W/ok.json" "$W/models/stories260K-f32-seed1.gguf" <<'EOF'
+  if "$PY" - "$W/ok.json" "$W/models/stories260K" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 m = d["models"][0]
-p = m["peer"]
-assert p["ok"] is True and p["name"] == "llama-bench", p
-assert p["file"] == sys.argv[2], p["file"]
-assert p["prefill_tok_s"] == 1234.5 and p["decode_tok_s"] == 345.25, p
-assert p["reps"] == 2, p
-for ours, peer, ratio in (("prefill_tok_s", "prefill_tok_s", "prefill_ratio"),
-                          ("decode_tok_s", "decode_tok_s", "decode_ratio")):
-    want = m["fp32"][ours] / p[peer]
-    # printed to 2 and 4 decimals: the ratio within their rounding
-    assert abs(p[ratio] - want) <= 1e-4 + want * 1e-5, (ratio, p[ratio], want)
+assert m["peer"]["name"] == "llama-bench", m["peer"]
+for f, ours in (("f32", m["fp32"]), ("q8_0", m["peer"]["q8_0"].get("tessera"))):
+    p = m["peer"][f]
+    assert p["ok"] is True, p
+    assert p["file"] == sys.argv[2] + "-" + f + "-seed1.gguf", p["file"]
+    assert p["compared_with"] == ("fp32" if f == "f32" else "int8"), p
+    assert p["prefill_tok_s"] == 1234.5 and p["decode_tok_s"] == 345.25, p
+    assert p["reps"] == 2, p
+    for what in ("prefill", "decode"):
+        want = ours[what + "_tok_s"] / p[what + "_tok_s"]
+        # printed to 2 and 4 decimals: the ratio within their rounding
+        assert abs(p[what + "_ratio"] - want) <= 1e-4 + want * 1e-5, (f, what, p, want)
+assert m["peer"]["q8_0"]["tessera"]["load_ms"] > 0, m["peer"]["q8_0"]
 EOF
   then ok "peer figures and ratios in the JSON"
   else bad "peer figures and ratios in the JSON"; cat "$W/ok.json"; fi
 else bad "bench --peer with a good peer exited non-zero"; cat "$W/ok.err"; fi
-# called once per repetition, with the bench's arguments
+# called once per repetition and file, with the bench's arguments
 calls=$(wc -l < "$W/calls.ok")
-want_args="-m $W/models/stories260K-f32-seed1.gguf -p 128 -n 64 -t"
-if [ "$calls" = 2 ] && grep -q -- "^$want_args [0-9]* -r 1 -o json\$" "$W/calls.ok"; then
-  ok "the peer ran once per repetition with -m FILE -p 128 -n 64 -t N -r 1 -o json"
-else bad "peer calls: $calls, wanted 2 like '$want_args N -r 1 -o json'"; cat "$W/calls.ok"; fi
+n_args=0
+for f in f32 q8_0; do
+  want_args="-m $W/models/stories260K-$f-seed1.gguf -p 128 -n 64 -t"
+  n=$(grep -c -- "^$want_args [0-9]* -r 1 -o json\$" "$W/calls.ok")
+  n_args=$((n_args + n))
+done
+if [ "$calls" = 4 ] && [ "$n_args" = 4 ]; then
+  ok "the peer ran once per repetition and file with -m FILE -p 128 -n 64 -t N -r 1 -o json"
+else bad "peer calls: $calls ($n_args as wanted), wanted 2 per file like -m FILE -p 128 -n 64 -t N -r 1 -o json"
+  cat "$W/calls.ok"; fi
 
 # the table: the peer's line, ratio = tessera's printed figure / the peer's
 if "$T" bench $Q --peer "llama-bench=$W/ok.sh" --depths none --no-process \
      > "$W/ok.txt" 2>&1; then
-  line=$(awk '/^peer llama-bench/ { on = 1 } on && $1 == "stories260K" { print; exit }' "$W/ok.txt")
-  if [ -n "$line" ] && echo "$line" | "$PY" -c '
+  lines=$(awk '/^peer llama-bench/ { on = 1 } on && $1 == "stories260K" { print }' "$W/ok.txt")
+  if [ "$(echo "$lines" | awk '{ print $2 }' | tr '\n' ' ')" = "f32 q8_0 " ] &&
+     echo "$lines" | "$PY" -c '
 import sys
-f = sys.stdin.read().split()
-# model  pp t/s  peer t/s  ratio  tg t/s  peer t/s  ratio
-ours_pp, peer_pp, r_pp = float(f[1]), float(f[3]), float(f[5].rstrip("x"))
-ours_tg, peer_tg, r_tg = float(f[6]), float(f[8]), float(f[10].rstrip("x"))
-assert peer_pp == 1234.5 and abs(peer_tg - 345.25) <= 0.051, f
-# figures printed to 0.1 and ratios to 0.01
-for o, p, r in ((ours_pp, peer_pp, r_pp), (ours_tg, 345.25, r_tg)):
+for line in sys.stdin.read().splitlines():
+  f = line.split()
+  # model file  pp t/s  peer t/s  ratio  tg t/s  peer t/s  ratio
+  ours_pp, peer_pp, r_pp = float(f[2]), float(f[4]), float(f[6].rstrip("x"))
+  ours_tg, peer_tg, r_tg = float(f[7]), float(f[9]), float(f[11].rstrip("x"))
+  assert peer_pp == 1234.5 and abs(peer_tg - 345.25) <= 0.051, f
+  # figures printed to 0.1 and ratios to 0.01
+  for o, p, r in ((ours_pp, peer_pp, r_pp), (ours_tg, 345.25, r_tg)):
     assert abs(r - o / p) <= 0.005 + 0.05 / p + 1e-9, (r, o / p)
-'; then ok "peer figures and ratios in the table"
-  else bad "peer line of the table: '$line'"; cat "$W/ok.txt"; fi
+'; then ok "peer figures and ratios in the table (f32 and q8_0 rows)"
+  else bad "peer lines of the table: '$lines'"; cat "$W/ok.txt"; fi
 else bad "bench --peer (table) exited non-zero"; cat "$W/ok.txt"; fi
 
 # ---- the peer's failures: stated, named, not fatal ----
@@ -119,19 +132,21 @@ peer_fails() { # what peer-path reason-pattern
   if "$PY" - "$W/f.json" "$pat" <<'EOF'
 import json, re, sys
 m = json.load(open(sys.argv[1]))["models"][0]
-p = m["peer"]
-assert p["ok"] is False, p
-assert re.search(sys.argv[2], p["error"]), p["error"]
+for f in ("f32", "q8_0"):
+    p = m["peer"][f]
+    assert p["ok"] is False, p
+    assert re.search(sys.argv[2].replace("FILE", f), p["error"]), p["error"]
 assert m["fp32"]["prefill_tok_s"] > 0 and m["int8"]["decode_tok_s"] > 0, m
 EOF
   then :
   else bad "peer $what: JSON does not state the failure (/$pat/)"; cat "$W/f.json"; return; fi
-  if ! grep -Eq "peer llama-bench '$path' on '.*stories260K-f32-seed1.gguf'.*$pat" "$W/f.err"; then
+  if ! grep -Eq "peer llama-bench '$path' on '.*stories260K-f32-seed1.gguf'.*$(echo "$pat" | sed s/FILE/f32/)" "$W/f.err"; then
     bad "peer $what: stderr does not name the peer, the file and the reason"; cat "$W/f.err"
     return
   fi
   "$T" bench $Q --peer "llama-bench=$path" --depths none --no-process > "$W/f.txt" 2>&1
-  if [ $? = 0 ] && grep -Eq "^stories260K *peer failed: .*$pat" "$W/f.txt"; then
+  if [ $? = 0 ] && grep -Eq "^stories260K *f32 *peer failed: .*$(echo "$pat" | sed s/FILE/f32/)" "$W/f.txt" &&
+     grep -Eq "^stories260K *q8_0 *peer failed: .*$(echo "$pat" | sed s/FILE/q8_0/)" "$W/f.txt"; then
     ok "peer $what: stated in the table and the JSON, named on stderr, exit 0"
   else bad "peer $what: the table does not state it"; cat "$W/f.txt"; fi
 }
