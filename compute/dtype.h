@@ -1,6 +1,7 @@
 /*
- * dtype.h - fp16 conversions and the Q8_0 block layout (GGML's), used by
- * the model loaders, the GGUF writer and the weight quantization.
+ * dtype.h - fp16 and bf16 conversions and the Q8_0 block layout (GGML's),
+ * used by the model loaders, the GGUF writer, the weight quantization and
+ * the half-precision matmuls.
  *
  * Internal header (compute layer).
  */
@@ -59,6 +60,28 @@ static inline uint16_t tsr_f32_to_f16(float f) {
   /* A carry out of the mantissa correctly bumps the exponent. */
   if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
   return (uint16_t)(sign | h);
+}
+
+/* bfloat16 (the upper half of a binary32) <-> binary32. Widening is exact.
+ * Narrowing rounds to nearest even, keeps Inf, makes NaN quiet, and
+ * flushes binary32 subnormals to a signed zero: what the AVX-512 BF16
+ * instruction VCVTNEPS2BF16 does, so the portable and vector paths agree
+ * bit for bit. */
+static inline float tsr_bf16_to_f32(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+static inline uint16_t tsr_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu))
+    return (uint16_t)((x >> 16) | 0x40); /* NaN: quiet, sign kept */
+  if (!(x & 0x7f800000u)) return (uint16_t)((x >> 16) & 0x8000); /* zero, subnormal */
+  x += 0x7fffu + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
 }
 
 /* Quantizes one block of 32 floats to Q8_0 (34 bytes at `out`): d =

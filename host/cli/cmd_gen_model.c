@@ -11,7 +11,7 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: tessera gen-model -o FILE.gguf --preset NAME [--type f32|f16|q8_0]\n"
+          "usage: tessera gen-model -o FILE.gguf --preset NAME [--type f32|f16|bf16|q8_0]\n"
           "                         [--seed S] [--dim N] [--hidden N] [--layers N]\n"
           "                         [--heads N] [--kv-heads N] [--vocab N] [--seq N]\n"
           "\n"
@@ -26,7 +26,7 @@ static void usage(FILE *f) {
           "\n"
           "  -o, --output FILE   where to write (required)\n"
           "  --preset NAME       base shape (required)\n"
-          "  --type T            2-D weights as f32 (default), f16 or q8_0\n"
+          "  --type T            2-D weights as f32 (default), f16, bf16 or q8_0\n"
           "  --seed S            weight seed (default 42)\n"
           "  -h, --help          this text\n");
 }
@@ -82,10 +82,12 @@ int tsr_cmd_gen_model(int argc, char **argv) {
       p.type = TSR_DTYPE_F32;
     else if (!strcmp(type, "f16"))
       p.type = TSR_DTYPE_F16;
+    else if (!strcmp(type, "bf16"))
+      p.type = TSR_DTYPE_BF16;
     else if (!strcmp(type, "q8_0"))
       p.type = TSR_DTYPE_Q8_0;
     else {
-      fprintf(stderr, "tessera %s: --type: '%s' is not f32, f16 or q8_0\n", cmd, type);
+      fprintf(stderr, "tessera %s: --type: '%s' is not f32, f16, bf16 or q8_0\n", cmd, type);
       return 2;
     }
   }

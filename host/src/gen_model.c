@@ -276,9 +276,10 @@ static tsr_status_t write_tensor(tsr_gguf_writer_t *w, FILE *f, const gen_tensor
     const void *src = xbuf;
     if (t->type == TSR_DTYPE_F32) {
       nbytes = n * 4;
-    } else if (t->type == TSR_DTYPE_F16) {
+    } else if (t->type == TSR_DTYPE_F16 || t->type == TSR_DTYPE_BF16) {
+      const bool bf = t->type == TSR_DTYPE_BF16;
       for (size_t i = 0; i < n; i++) {
-        uint16_t h = tsr_f32_to_f16(xbuf[i]);
+        uint16_t h = bf ? tsr_f32_to_bf16(xbuf[i]) : tsr_f32_to_f16(xbuf[i]);
         obuf[2 * i] = (uint8_t)h;
         obuf[2 * i + 1] = (uint8_t)(h >> 8);
       }
@@ -312,8 +313,9 @@ static tsr_status_t check_params(const char *path, const tsr_gen_params_t *p,
                    "%s: vocab_size = %d is outside [%d, %d] (3 special and 256 byte "
                    "tokens come first)",
                    path, p->vocab_size, GEN_MIN_VOCAB, GEN_MAX_VOCAB);
-  if (p->type != TSR_DTYPE_F32 && p->type != TSR_DTYPE_F16 && p->type != TSR_DTYPE_Q8_0)
-    return TSR_ERR(INVALID_ARGUMENT, "%s: type %d is not F32, F16 or Q8_0", path,
+  if (p->type != TSR_DTYPE_F32 && p->type != TSR_DTYPE_F16 && p->type != TSR_DTYPE_BF16 &&
+      p->type != TSR_DTYPE_Q8_0)
+    return TSR_ERR(INVALID_ARGUMENT, "%s: type %d is not F32, F16, BF16 or Q8_0", path,
                    (int)p->type);
   return TSR_OK;
 }
@@ -323,6 +325,7 @@ static tsr_status_t write_file(FILE *f, const char *path, const tsr_gen_params_t
                                tsr_gguf_writer_t *w) {
   const uint32_t ftype = p->type == TSR_DTYPE_F32   ? TSR_GGUF_FILE_TYPE_ALL_F32
                          : p->type == TSR_DTYPE_F16 ? TSR_GGUF_FILE_TYPE_MOSTLY_F16
+                         : p->type == TSR_DTYPE_BF16 ? TSR_GGUF_FILE_TYPE_MOSTLY_BF16
                                                     : TSR_GGUF_FILE_TYPE_MOSTLY_Q8_0;
   tsr_gguf_kv_str(w, "general.architecture", "llama");
   tsr_gguf_kv_str(w, "general.name", p->preset[0] ? p->preset : "tessera-synthetic");

@@ -198,7 +198,7 @@ static tsr_status_t parse_tensor_info(gguf_ctx_t *g, tsr_reader_t *r, uint64_t i
   if (!tsr_dtype_supported(t->type))
     return TSR_ERR(FORMAT,
                    "%s: tensor '%.*s' type at offset 0x%zx: %u (%s) is not supported "
-                   "(F32, F16, Q8_0 only)",
+                   "(F32, F16, BF16, Q8_0 only)",
                    g->what, nl, t->name, at, t->type, ggml_type_name(t->type));
   if (t->type == TSR_DTYPE_Q8_0 && t->ne[0] % TSR_Q8_0_BLOCK)
     return TSR_ERR(FORMAT,
@@ -367,7 +367,9 @@ static tsr_status_t parse_container(gguf_ctx_t *g) {
                      g->size);
     /* Views are read as float / uint16 arrays: keep them naturally aligned
      * (only an alignment below 4 could break this). */
-    size_t elem = t->type == TSR_DTYPE_F32 ? 4 : t->type == TSR_DTYPE_F16 ? 2 : 1;
+    size_t elem = t->type == TSR_DTYPE_F32                                ? 4
+                  : t->type == TSR_DTYPE_F16 || t->type == TSR_DTYPE_BF16 ? 2
+                                                                          : 1;
     if (((uintptr_t)(g->data + abs_off)) % elem)
       return TSR_ERR(FORMAT,
                      "%s: tensor '%.*s': data at offset 0x%" PRIx64

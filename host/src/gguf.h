@@ -48,6 +48,7 @@ typedef enum tsr_gguf_type {
 #define TSR_GGUF_FILE_TYPE_ALL_F32 0
 #define TSR_GGUF_FILE_TYPE_MOSTLY_F16 1
 #define TSR_GGUF_FILE_TYPE_MOSTLY_Q8_0 7
+#define TSR_GGUF_FILE_TYPE_MOSTLY_BF16 32
 
 /* SentencePiece token types (tokenizer.ggml.token_type). */
 #define TSR_TOKEN_TYPE_NORMAL 1

@@ -32,6 +32,12 @@ static void view_convert(const tsr_tensor_view_t *v, size_t e0, size_t n, float 
       memcpy(&h, src + 2 * (e0 + i), 2);
       f[i] = tsr_f16_to_f32(h);
     }
+  } else if (v->type == TSR_DTYPE_BF16) {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, src + 2 * (e0 + i), 2);
+      f[i] = tsr_bf16_to_f32(h);
+    }
   } else { /* TSR_DTYPE_Q8_0 */
     for (size_t b = 0; b < n / 32; b++) {
       const uint8_t *blk = src + (e0 / 32 + b) * 34;
@@ -44,7 +50,8 @@ static void view_convert(const tsr_tensor_view_t *v, size_t e0, size_t n, float 
 }
 
 static tsr_status_t view_check(const tsr_tensor_view_t *v, const char *what) {
-  if (v->type == TSR_DTYPE_F32 || v->type == TSR_DTYPE_F16) return TSR_OK;
+  if (v->type == TSR_DTYPE_F32 || v->type == TSR_DTYPE_F16 || v->type == TSR_DTYPE_BF16)
+    return TSR_OK;
   if (v->type == TSR_DTYPE_Q8_0 && v->cols % 32 == 0) return TSR_OK;
   if (v->type == TSR_DTYPE_Q8_0)
     return TSR_ERR(FORMAT, "%s: Q8_0 rows of %lld values are not whole blocks of 32", what,

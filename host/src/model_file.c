@@ -14,12 +14,14 @@ const char *tsr_dtype_name(tsr_dtype_t t) {
     case TSR_DTYPE_F32: return "F32";
     case TSR_DTYPE_F16: return "F16";
     case TSR_DTYPE_Q8_0: return "Q8_0";
+    case TSR_DTYPE_BF16: return "BF16";
   }
   return "?";
 }
 
 bool tsr_dtype_supported(uint32_t t) {
-  return t == TSR_DTYPE_F32 || t == TSR_DTYPE_F16 || t == TSR_DTYPE_Q8_0;
+  return t == TSR_DTYPE_F32 || t == TSR_DTYPE_F16 || t == TSR_DTYPE_Q8_0 ||
+         t == TSR_DTYPE_BF16;
 }
 
 bool tsr_dtype_nbytes(tsr_dtype_t type, uint64_t n, uint64_t *out) {
@@ -29,6 +31,7 @@ bool tsr_dtype_nbytes(tsr_dtype_t type, uint64_t n, uint64_t *out) {
       *out = n * 4;
       return true;
     case TSR_DTYPE_F16:
+    case TSR_DTYPE_BF16:
       if (n > UINT64_MAX / 2) return false;
       *out = n * 2;
       return true;

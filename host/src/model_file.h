@@ -19,6 +19,7 @@ typedef enum tsr_dtype {
   TSR_DTYPE_F32 = 0,
   TSR_DTYPE_F16 = 1,
   TSR_DTYPE_Q8_0 = 8, /* blocks of 32: fp16 scale d, then 32 int8 */
+  TSR_DTYPE_BF16 = 30,
 } tsr_dtype_t;
 
 const char *tsr_dtype_name(tsr_dtype_t t);
