@@ -43,12 +43,16 @@ typedef struct tsr_hal_caps {
   uint32_t max_dim;        /* largest M, N, K per descriptor                */
   uint64_t mem_size;       /* device memory in bytes                        */
   double clock_hz;         /* kernel clock the cycle counts refer to        */
-  double mem_bytes_per_cycle; /* modeled device-memory read bandwidth        */
+  double mem_bytes_per_cycle; /* modeled read bandwidth of one memory channel */
   double link_bytes_per_s; /* host<->device bandwidth                       */
   double link_latency_s;   /* fixed cost per host<->device transfer         */
   double launch_latency_s; /* fixed cost per kernel launch                  */
   uint32_t ops;            /* bit mask of supported TSR_OP_* opcodes        */
   uint32_t flags;          /* TSR_HAL_CAP_* bits                            */
+  uint32_t mem_ports;      /* read ports, each on its own memory channel of
+                              mem_bytes_per_cycle (0 is taken as 1)         */
+  char board[32];          /* board profile the figures come from
+                              (driver/board.h), "" when the backend's own  */
 } tsr_hal_caps_t;
 
 /* caps.flags: the device runs the host flow but computes nothing (XRT's

@@ -19,6 +19,10 @@
  *   clock=MHZ      modeled kernel clock (default 300)
  *   bw=BYTES       modeled memory bytes per cycle (default 64)
  *   latency=CYC    modeled memory latency in cycles (default 40)
+ *   ports=N        read ports, each on its own memory channel of bw= (default 1)
+ *   board=NAME     a board profile (driver/board.h: built-in name or a
+ *                  .board file) sets memory, array, clock, channels, link
+ *                  and launch costs; the options above still override it
  *   threads=N      host threads executing GEMMs (default 1: the worker
  *                  alone; 0 = one per online CPU)
  *   fail=N         command N (the N-th submit, counting from 1) completes
@@ -40,6 +44,9 @@
 
 #include "driver/kernel_model.h"
 
+#include <sys/mman.h>
+
+#include "driver/board.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
@@ -49,7 +56,8 @@
 typedef struct fm_device {
   tsr_hal_device_t base; /* must be first */
   tsr_km_timing_t timing;
-  tsr_km_memory_t mem; /* data owned (aligned_alloc) */
+  tsr_km_memory_t mem; /* data owned (an anonymous mapping, touched lazily) */
+  tsr_board_t board;    /* option board=; board.name[0] == 0 when none     */
   tsr_devmem_t *dm;
   int threads;            /* option threads=                            */
   tsr_threadpool_t *pool; /* owned; NULL when threads == 1              */
@@ -123,15 +131,16 @@ static void fm_close(tsr_hal_device_t *d) {
   tsr_queue_destroy(&dev->q);
   tsr_threadpool_destroy(dev->pool);
   tsr_devmem_destroy(dev->dm);
-  free(dev->mem.data);
+  if (dev->mem.data) munmap(dev->mem.data, dev->mem.size);
   free(dev);
 }
 
 /* What the option string sets (defaults in fm_open). */
 typedef struct fm_opts {
-  uint64_t mem, base, rows, cols, latency, threads, fail, hang, seed;
+  uint64_t mem, base, rows, cols, latency, threads, fail, hang, seed, ports;
   double clock_mhz, bw, fail_rate;
   bool lost;
+  char board[256];
 } fm_opts_t;
 
 static const tsr_opt_spec_t fm_options[] = {
@@ -147,6 +156,10 @@ static const tsr_opt_spec_t fm_options[] = {
                     "modeled memory bytes per cycle (default 64)"),
     TSR_OPT_ROW_U64(fm_opts_t, latency, "latency", 0, 100000,
                     "modeled memory latency in cycles (default 40)"),
+    TSR_OPT_ROW_U64(fm_opts_t, ports, "ports", 1, 1024,
+                    "read ports, each on its own memory channel of bw= (default 1)"),
+    TSR_OPT_ROW_STR(fm_opts_t, board, "board", TSR_OPT_NONEMPTY,
+                    "board profile: built-in name or .board file (sets the defaults)"),
     TSR_OPT_ROW_U64(fm_opts_t, threads, "threads", 0, 1024,
                     "host threads executing GEMMs (default 1; 0 = one per online CPU)"),
     TSR_OPT_ROW_U64(fm_opts_t, fail, "fail", 1, UINT64_MAX,
@@ -162,7 +175,22 @@ static const tsr_opt_spec_t fm_options[] = {
 #define FM_N_OPTIONS (sizeof fm_options / sizeof fm_options[0])
 
 static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
-  fm_opts_t o = {.mem = dev->mem.size, .base = dev->mem.base, .rows = dev->timing.rows,
+  /* a board first: its figures are the defaults the other options override */
+  fm_opts_t b = {.mem = dev->mem.size, .base = dev->mem.base, .rows = 1, .cols = 1,
+                 .clock_mhz = 1, .bw = 1, .ports = 1};
+  TSR_RETURN_IF(tsr_opts_parse(FM_NAME, fm_options, FM_N_OPTIONS, options, &b));
+  if (b.board[0]) {
+    TSR_RETURN_IF_ERROR(tsr_board_load(b.board, &dev->board), "fmodel: option board=%s", b.board);
+    const tsr_board_t *bd = &dev->board;
+    dev->mem.size = bd->mem_size;
+    dev->timing.rows = bd->array_rows;
+    dev->timing.cols = bd->array_cols;
+    dev->timing.clock_hz = bd->clock_hz;
+    dev->timing.mem_bytes_per_cycle = tsr_board_bytes_per_cycle(bd);
+    dev->timing.mem_latency = bd->mem_latency;
+    dev->timing.ports = bd->ports;
+  }
+  fm_opts_t o = {.ports = dev->timing.ports ? dev->timing.ports : 1,.mem = dev->mem.size, .base = dev->mem.base, .rows = dev->timing.rows,
                  .cols = dev->timing.cols, .latency = dev->timing.mem_latency,
                  .threads = (uint64_t)dev->threads, .clock_mhz = dev->timing.clock_hz / 1e6,
                  .bw = dev->timing.mem_bytes_per_cycle, .seed = 1};
@@ -177,6 +205,7 @@ static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
   dev->timing.clock_hz = o.clock_mhz * 1e6;
   dev->timing.mem_bytes_per_cycle = o.bw;
   dev->timing.mem_latency = (uint32_t)o.latency;
+  dev->timing.ports = (uint32_t)o.ports;
   dev->threads = (int)o.threads;
   dev->fail_at = o.fail;
   dev->hang_at = o.hang;
@@ -205,13 +234,15 @@ static tsr_status_t fm_open(const tsr_hal_open_params_t *params, tsr_hal_device_
     return s;
   }
   dev->mem.size &= ~(uint64_t)4095;
-  dev->mem.data = aligned_alloc(4096, dev->mem.size);
+  /* zero pages on first touch: a board's gigabytes cost only what is used */
+  void *map = mmap(NULL, dev->mem.size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  dev->mem.data = map == MAP_FAILED ? NULL : map;
   if (!dev->mem.data) {
     fm_close(&dev->base);
     return TSR_ERR(RESOURCE_EXHAUSTED, "fmodel: cannot allocate %" PRIu64
                    " bytes of device memory on the host", dev->mem.size);
   }
-  memset(dev->mem.data, 0, dev->mem.size);
   s = tsr_devmem_create(dev->mem.base, dev->mem.size, &dev->dm);
   tsr_queue_config_t qc = {.name = FM_NAME, .ops = &fm_queue_ops, .impl = dev};
   if (!s) s = tsr_queue_init(&dev->q, &qc);
@@ -233,15 +264,18 @@ static tsr_status_t fm_open(const tsr_hal_open_params_t *params, tsr_hal_device_
 static void fm_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   fm_device_t *dev = as_fm(d);
   memset(out, 0, sizeof *out);
-  snprintf(out->name, sizeof out->name, "fmodel (functional model, %ux%u)%s", dev->timing.rows,
-           dev->timing.cols, dev->lost ? " [lost]" : "");
+  if (dev->board.name[0]) tsr_board_apply_caps(&dev->board, out);
+  else tsr_hal_caps_pcie_defaults(out); /* the model stands for a PCIe board */
+  snprintf(out->name, sizeof out->name, "fmodel (functional model, %ux%u%s%s)%s",
+           dev->timing.rows, dev->timing.cols, dev->board.name[0] ? ", " : "", dev->board.name,
+           dev->lost ? " [lost]" : "");
   out->array_rows = dev->timing.rows;
   out->array_cols = dev->timing.cols;
   out->max_dim = TSR_HW_MAX_DIM;
   out->mem_size = dev->mem.size;
   out->clock_hz = dev->timing.clock_hz;
   out->mem_bytes_per_cycle = dev->timing.mem_bytes_per_cycle;
-  tsr_hal_caps_pcie_defaults(out); /* the model stands for a PCIe board */
+  out->mem_ports = dev->timing.ports;
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 

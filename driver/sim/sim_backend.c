@@ -38,6 +38,11 @@
  *   waves=FILE      write an FST waveform; wave_start=, wave_end= window
  *                   (cycles), wave_depth= hierarchy depth
  *   coverage=FILE   coverage data written at close (coverage build)
+ *   board=NAME      a board profile (driver/board.h): its clock, one memory
+ *                   channel's bytes per cycle and latency, its link and
+ *                   launch costs (the options above still override); the
+ *                   array is the RTL library's as built, the device memory
+ *                   the library's default unless mem= says otherwise
  * Fault injection, for the runtime's fallback tests (N counts launches from
  * 1 since open, as fences do):
  *   fail=N          launch N is programmed with a ring address outside its
@@ -61,6 +66,7 @@
 
 #include "../../sim/tsr_sim.h"
 #include "base/dl.h"
+#include "driver/board.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
@@ -96,6 +102,7 @@ typedef struct sim_device {
   uint64_t chunk;  /* cycles the next poll runs (grows per launch)   */
   uint64_t fail_at, hang_at, lost_at; /* fault injection, 0 = never */
   atomic_bool lost;
+  tsr_board_t board; /* option board=; board.name[0] == 0 when none */
 } sim_device_t;
 
 static tsr_status_t lost_status(void) {
@@ -174,7 +181,7 @@ typedef struct sim_opts {
   uint64_t latency, bw, outstanding, mem, base, max_cycles, wave_start, wave_end, wave_depth;
   uint64_t fail, hang, lost_at;
   double clock_mhz;
-  char waves[512], coverage[512];
+  char waves[512], coverage[512], board[256];
 } sim_opts_t;
 
 static const tsr_opt_spec_t sim_options[] = {
@@ -207,11 +214,23 @@ static const tsr_opt_spec_t sim_options[] = {
                     "fault: launch N is programmed but ap_start is never raised"),
     TSR_OPT_ROW_U64(sim_opts_t, lost_at, "lost_at", 1, UINT64_MAX,
                     "fault: from launch N on every call fails UNAVAILABLE"),
+    TSR_OPT_ROW_STR(sim_opts_t, board, "board", TSR_OPT_NONEMPTY,
+                    "board profile: built-in name or .board file (sets the defaults)"),
 };
 #define SIM_N_OPTIONS (sizeof sim_options / sizeof sim_options[0])
 
 static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
   tsr_sim_config_t *c = &dev->cfg;
+  /* a board first: its figures are the defaults the other options override */
+  sim_opts_t b = {.bw = 1, .outstanding = 1, .mem = c->mem_size, .clock_mhz = 1};
+  TSR_RETURN_IF(tsr_opts_parse(SIM_NAME, sim_options, SIM_N_OPTIONS, options, &b));
+  if (b.board[0]) {
+    TSR_RETURN_IF_ERROR(tsr_board_load(b.board, &dev->board), "sim: option board=%s", b.board);
+    const double bpc = tsr_board_bytes_per_cycle(&dev->board);
+    c->mem_bytes_per_cycle = bpc < 1 ? 1 : (uint32_t)bpc; /* the memory model's unit */
+    c->mem_latency = dev->board.mem_latency;
+    dev->clock_hz = dev->board.clock_hz;
+  }
   sim_opts_t o = {.latency = c->mem_latency, .bw = c->mem_bytes_per_cycle,
                   .outstanding = c->mem_max_outstanding, .mem = c->mem_size,
                   .base = c->mem_base, .max_cycles = dev->max_cycles,
@@ -306,14 +325,17 @@ static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device
 static void sim_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   sim_device_t *dev = as_sim(d);
   memset(out, 0, sizeof *out);
-  snprintf(out->name, sizeof out->name, "sim (Verilator RTL, %ux%u)", dev->rows, dev->cols);
+  if (dev->board.name[0]) tsr_board_apply_caps(&dev->board, out);
+  else tsr_hal_caps_pcie_defaults(out); /* the simulated device stands for a PCIe board */
+  out->mem_ports = 1; /* the RTL as built: one read master */
+  snprintf(out->name, sizeof out->name, "sim (Verilator RTL, %ux%u%s%s)", dev->rows, dev->cols,
+           dev->board.name[0] ? ", " : "", dev->board.name);
   out->array_rows = dev->rows;
   out->array_cols = dev->cols;
   out->max_dim = TSR_HW_MAX_DIM;
   out->mem_size = dev->cfg.mem_size;
   out->clock_hz = dev->clock_hz;
   out->mem_bytes_per_cycle = dev->cfg.mem_bytes_per_cycle;
-  tsr_hal_caps_pcie_defaults(out); /* the simulated device stands for a PCIe board */
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 
