@@ -290,6 +290,10 @@ static int depth_list(const model_bench_t *o, int32_t seq_len, int32_t *out, int
   const int n_req = o->n_depths ? o->n_depths : 4;
   int n = 0;
   *skipped = 0;
+  if (seq_len < DEPTH_STEPS) {
+    *skipped = n_req;
+    return 0;
+  }
   for (int i = 0; i < n_req; i++) {
     if (req[i] + DEPTH_STEPS <= seq_len && n < DEPTH_MAX) out[n++] = req[i];
     else ++*skipped;
@@ -1082,7 +1086,7 @@ static void models_print_json(const model_result_t *res, int n_res, bool offload
       }
       printf("}");
     }
-    if (r->n_depths) {
+    if (r->n_depths || r->depths_skipped) {
       printf(",\n     \"depth_decode\": {\"steps\": %d, \"skipped_depths\": %d, "
              "\"depths\": [", DEPTH_STEPS, r->depths_skipped);
       for (int d = 0; d < r->n_depths; d++) printf("%s%d", d ? ", " : "", r->depths[d]);
@@ -1195,13 +1199,18 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
     }
   }
   bool any_depth = false;
-  for (int i = 0; i < n_res; i++) any_depth |= res[i].n_depths > 0;
+  for (int i = 0; i < n_res; i++) any_depth |= res[i].n_depths > 0 || res[i].depths_skipped > 0;
   if (any_depth) {
     printf("\ndecode at depth: tokens/s of %d greedy decode steps starting at position p (the\n"
            "positions before p prefilled, untimed); median of %d\n", DEPTH_STEPS, reps);
     for (int i = 0; i < n_res; i++) {
       const model_result_t *r = &res[i];
-      if (!r->n_depths) continue;
+      if (!r->n_depths) {
+        if (r->depths_skipped)
+          printf("%-14s every depth of --depths is beyond the context of %d minus %d steps\n",
+                 r->preset, r->cfg.seq_len, DEPTH_STEPS);
+        continue;
+      }
       printf("%-14s %8s", r->preset, "p");
       for (int d = 0; d < r->n_depths; d++) printf(" %9d", r->depths[d]);
       printf("  %10s\n", "last/first");
