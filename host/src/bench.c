@@ -78,6 +78,22 @@ typedef struct {
 } bw_job_t;
 
 #ifdef TSR_BENCH_X86
+/* Lane sums in unsigned arithmetic: the intrinsics' reductions add in
+ * signed types, and the values here wrap (they only keep the loops alive). */
+__attribute__((target("avx512f"))) static uint64_t sum_u64x8(__m512i v) {
+  uint64_t lane[8], s = 0;
+  _mm512_storeu_si512((void *)lane, v);
+  for (int i = 0; i < 8; i++) s += lane[i];
+  return s;
+}
+
+__attribute__((target("avx512f"))) static uint32_t sum_u32x16(__m512i v) {
+  uint32_t lane[16], s = 0;
+  _mm512_storeu_si512((void *)lane, v);
+  for (int i = 0; i < 16; i++) s += lane[i];
+  return s;
+}
+
 __attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 256 <= n; i += 256) {
@@ -92,7 +108,7 @@ __attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p,
     a3 = _mm512_xor_si512(a3, _mm512_load_si512((const void *)(p + i + 192)));
   }
   a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
-  return (uint64_t)_mm512_reduce_add_epi64(a0);
+  return sum_u64x8(a0);
 }
 
 __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
@@ -210,7 +226,7 @@ __attribute__((target("avx512f,avx512vnni"))) static uint64_t peak_vnni512(void)
   for (int i = 0; i < 12; ++i) c[i] = _mm512_set1_epi32(i);
   TSR_PEAK_LOOP(__m512i, "vpdpbusd", c);
   for (int i = 1; i < 12; ++i) c[0] = _mm512_add_epi32(c[0], c[i]);
-  return (uint64_t)(uint32_t)_mm512_reduce_add_epi32(c[0]);
+  return sum_u32x16(c[0]);
 }
 
 __attribute__((target("avx512f"))) static uint64_t peak_fma512(void) {
