@@ -15,6 +15,8 @@
 #  - --depths beyond the context are skipped and counted;
 #  - whole-process figures: the peak RSS of the `tessera run` child against
 #    /usr/bin/time's for the same command, load times positive;
+#  - --kernels: each row's percentage is its figure over its printed limit
+#    (table and JSON);
 #  - --plot DIR: four PNGs (magic bytes, more than 4 KiB) with their .dat and
 #    .gp, the scripts regenerate them, and a directory that cannot be made
 #    gives a clear error (exit 1).
@@ -203,6 +205,29 @@ EOF
   then ok "depths beyond the context skipped; load times; whole-process figures"
   else bad "depths / load / whole-process figures"; cat "$W/d.json"; fi
 else bad "bench --depths exited non-zero"; cat "$W/d.err"; fi
+
+# ---- kernels: each row's percentage follows from the figures of that row ----
+if "$T" bench --kernels --reps 1 > "$W/k.txt" 2>&1 && "$T" bench --kernels --reps 1 --json > "$W/k.json" 2>&1 &&
+   "$PY" - "$W/k.txt" "$W/k.json" <<'EOF'
+import json, re, sys
+rows = 0
+for line in open(sys.argv[1]):
+    m = re.match(r"\s+(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+) (GB/s|GOPS) .*?([\d.]+)%$", line)
+    if not m:
+        continue
+    rows += 1
+    gops, gbps, limit, pct = float(m[4]), float(m[5]), float(m[6]), float(m[8])
+    fig = gbps if m[7] == "GB/s" else gops
+    # figures printed to 0.1, the percentage to 0.1
+    tol = 0.05 + 100 * (0.05 / limit + 0.05 * fig / limit ** 2)
+    assert abs(pct - 100 * fig / limit) <= tol, (line, 100 * fig / limit)
+assert rows == 3, rows
+for k in json.load(open(sys.argv[2]))["kernels"]["kernels"]:
+    fig = k["gbps"] if k["bound"] == "read_gbps" else k["gops"]
+    assert abs(k["frac"] - fig / k["limit"]) <= 1e-4 + 0.005 / k["limit"] * (1 + fig / k["limit"]), k
+EOF
+then ok "--kernels: the percentages follow from the figures and limits of their rows (table, JSON)"
+else bad "--kernels percentages"; cat "$W/k.txt" "$W/k.json"; fi
 
 # ---- charts ----
 if ! command -v gnuplot > /dev/null 2>&1; then
