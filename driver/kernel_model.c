@@ -2,6 +2,7 @@
 #include "driver/kernel_model.h"
 
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compute/qgemm.h"
@@ -75,13 +76,15 @@ void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
 /* One class of steps that share lengths and loads. */
 static void add_steps(const tsr_km_timing_t *t, uint64_t count, bool load_a, bool load_w,
                       uint64_t mlen, uint64_t nlen, uint64_t kc, bool gemv, bool last,
-                      tsr_km_estimate_t *acc) {
+                      uint64_t nch, tsr_km_estimate_t *acc) {
   if (!count) return;
   uint64_t rows, cols, bus, kchunk;
   geometry(t, &rows, &cols, &bus, &kchunk);
   uint64_t segs = (load_a ? mlen : 0) + (load_w ? nlen : 0);
-  uint64_t beats = segs * div_up(kc, bus);
-  uint64_t mem = bytes_to_cycles(t, beats * bus);
+  /* Each channel streams its own rows; the busiest one (channel 0: the A
+   * rows and its share of W) sets the step's memory time. */
+  uint64_t ch0 = (load_a ? mlen : 0) + (load_w ? div_up(nlen, nch) : 0);
+  uint64_t mem = bytes_to_cycles(t, ch0 * div_up(kc, bus) * bus);
   /* The loader issues a step's segments (about a cycle each) only once
    * a buffer slot is free, i.e. when the step before starts computing; the
    * data then needs the memory latency: a floor on the step time when
@@ -100,8 +103,10 @@ static void add_steps(const tsr_km_timing_t *t, uint64_t count, bool load_a, boo
   acc->stall_cycles += count * (step - comp);
 }
 
-void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
-                          tsr_km_estimate_t *acc) {
+static uint64_t ports_of(const tsr_km_timing_t *t) { return t->ports > 1 ? t->ports : 1; }
+
+static void estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
+                          uint64_t nch, tsr_km_estimate_t *acc) {
   add_fetch(t, acc);
   uint64_t rows, cols, bus, kchunk;
   geometry(t, &rows, &cols, &bus, &kchunk);
@@ -141,18 +146,31 @@ void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint
           both = mc[i].first * cn * ck;
           a_only = all - both;
         }
-        add_steps(t, both, true, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
-        add_steps(t, a_only, true, false, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
-        add_steps(t, w_only, false, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, acc);
+        add_steps(t, both, true, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, nch, acc);
+        add_steps(t, a_only, true, false, mc[i].len, nc[j].len, kcl[q].len, gemv, last, nch,
+                  acc);
+        add_steps(t, w_only, false, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, nch,
+                  acc);
       }
   /* The first step waits for all its operands; at the end the array
    * pipeline, the last write-back and the barrier. */
   uint64_t k0 = k < kchunk ? k : kchunk;
   uint64_t first_segs = mc[mc[0].count ? 0 : 1].len + nc[nc[0].count ? 0 : 1].len;
-  acc->cycles += t->mem_latency + bytes_to_cycles(t, first_segs * div_up(k0, bus) * bus) +
+  uint64_t first_ch0 = mc[mc[0].count ? 0 : 1].len + div_up(nc[nc[0].count ? 0 : 1].len, nch);
+  acc->cycles += t->mem_latency + bytes_to_cycles(t, first_ch0 * div_up(k0, bus) * bus) +
                  first_segs;
   uint64_t last_rows = gemv ? 1 : (m % mrows ? m % mrows : mrows);
   acc->cycles += t->mem_latency / 2 + 2 * last_rows + 8;
+}
+
+void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
+                          tsr_km_estimate_t *acc) {
+  estimate_gemm(t, m, n, k, ports_of(t), acc);
+}
+
+void tsr_km_estimate_gemm_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
+                               tsr_km_estimate_t *acc) {
+  estimate_gemm(t, d->m, d->n, d->k, d->w_nch > 1 ? d->w_nch : 1, acc);
 }
 
 uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k) {
@@ -161,24 +179,34 @@ uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, ui
   return e.cycles + tsr_km_launch_cycles(t);
 }
 
-uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size) {
+uint32_t tsr_km_check_desc_ports(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
+                                 uint32_t ports) {
   if (d->opcode != TSR_OP_NOP && d->opcode != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
-  if (d->flags != 0 || d->rsvd != 0) return TSR_HWERR_BAD_OPCODE;
+  if (d->flags != 0) return TSR_HWERR_BAD_OPCODE;
   if (d->opcode == TSR_OP_NOP) return TSR_HWERR_OK;
   if (d->m == 0 || d->n == 0 || d->k == 0 || d->m > TSR_HW_MAX_DIM ||
       d->n > TSR_HW_MAX_DIM || d->k > TSR_HW_MAX_DIM)
     return TSR_HWERR_BAD_DIMS;
+  if (ports < 1) ports = 1;
+  bool striped = d->w_nch > 1;
   if (d->lda < d->k || d->ldw < d->k || (uint64_t)d->ldc < 4ull * d->n || d->ldc % 4 ||
-      d->c_addr % 4)
+      d->c_addr % 4 || (striped && d->w_nch != ports) || (!striped && d->w_cstride != 0))
     return TSR_HWERR_BAD_STRIDE;
+  uint64_t nch = striped ? d->w_nch : 1;
   uint64_t a_len = (uint64_t)(d->m - 1) * d->lda + d->k;
-  uint64_t w_len = (uint64_t)(d->n - 1) * d->ldw + d->k;
+  /* W's extent: the last channel's first row plus the rows of the fullest
+   * channel (hw/regmap.def) */
+  uint64_t w_len = (nch - 1) * d->w_cstride + (uint64_t)((d->n - 1) / nch) * d->ldw + d->k;
   uint64_t c_len = (uint64_t)(d->m - 1) * d->ldc + 4ull * d->n;
   if (!tsr_km_inside(d->a_addr, a_len, window_base, window_size) ||
       !tsr_km_inside(d->w_addr, w_len, window_base, window_size) ||
       !tsr_km_inside(d->c_addr, c_len, window_base, window_size))
     return TSR_HWERR_ADDR_RANGE;
   return TSR_HWERR_OK;
+}
+
+uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size) {
+  return tsr_km_check_desc_ports(d, window_base, window_size, 1);
 }
 
 void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
@@ -213,7 +241,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
     }
     tsr_desc_t d;
     tsr_desc_unpack(&d, mem->data + (da - mem->base));
-    status = tsr_km_check_desc(&d, wb, ws);
+    status = tsr_km_check_desc_ports(&d, wb, ws, (uint32_t)ports_of(t));
     if (status != TSR_HWERR_OK) {
       add_fetch(t, &e);
       break;
@@ -222,8 +250,9 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
       tsr_km_estimate_nop(t, &e);
       continue;
     }
+    uint64_t nch = d.w_nch > 1 ? d.w_nch : 1;
     uint64_t a_len = (uint64_t)(d.m - 1) * d.lda + d.k;
-    uint64_t w_len = (uint64_t)(d.n - 1) * d.ldw + d.k;
+    uint64_t w_len = (nch - 1) * d.w_cstride + (uint64_t)((d.n - 1) / nch) * d.ldw + d.k;
     uint64_t c_len = (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n;
     if (!tsr_km_inside(d.a_addr, a_len, mem->base, mem->size) ||
         !tsr_km_inside(d.w_addr, w_len, mem->base, mem->size) ||
@@ -235,9 +264,24 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
     const int8_t *a = (const int8_t *)(mem->data + (d.a_addr - mem->base));
     const int8_t *w = (const int8_t *)(mem->data + (d.w_addr - mem->base));
     int32_t *c = (int32_t *)(void *)(mem->data + (d.c_addr - mem->base));
-    tsr_qgemm_strided(pool, isa, c, d.ldc / 4, a, d.lda, w, d.ldw, (int32_t)d.m,
-                      (int32_t)d.n, (int32_t)d.k);
-    tsr_km_estimate_gemm(t, d.m, d.n, d.k, &e);
+    if (nch == 1) {
+      tsr_qgemm_strided(pool, isa, c, d.ldc / 4, a, d.lda, w, d.ldw, (int32_t)d.m,
+                        (int32_t)d.n, (int32_t)d.k);
+    } else {
+      /* rows striped over channels: gather them into one N x K matrix */
+      int8_t *wg = malloc((size_t)d.n * d.k);
+      if (!wg) {
+        status = TSR_HWERR_AXI_ERROR; /* the model ran out of host memory */
+        add_fetch(t, &e);
+        break;
+      }
+      for (uint32_t r = 0; r < d.n; r++)
+        memcpy(wg + (size_t)r * d.k, mem->data + (tsr_desc_w_row(&d, r) - mem->base), d.k);
+      tsr_qgemm_strided(pool, isa, c, d.ldc / 4, a, d.lda, wg, d.k, (int32_t)d.m,
+                        (int32_t)d.n, (int32_t)d.k);
+      free(wg);
+    }
+    tsr_km_estimate_gemm_desc(t, &d, &e);
   }
   out->hw_status = status;
   out->err_index = status ? i : 0;

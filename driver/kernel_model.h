@@ -16,13 +16,17 @@
  *                         [RING, RING + N_DESC*64) not inside the window
  *                         (ERR_INDEX 0, nothing read)
  *   fetch:   AXI_ERROR    the descriptor lies outside physical memory
- *   1.       BAD_OPCODE   opcode unknown, FLAGS != 0 or RSVD != 0
- *            (a NOP with clean reserved fields completes here)
+ *   1.       BAD_OPCODE   opcode unknown or FLAGS != 0
+ *            (a NOP with FLAGS 0 completes here)
  *   2.       BAD_DIMS     M, N or K is 0 or above MAX_DIM
- *   3.       BAD_STRIDE   LDA < K, LDW < K, LDC < 4*N, LDC % 4, C_ADDR % 4
+ *   3.       BAD_STRIDE   LDA < K, LDW < K, LDC < 4*N, LDC % 4, C_ADDR % 4,
+ *                         W_NCH not 0, 1 or the kernel's ports, W_CSTRIDE
+ *                         != 0 with one channel
  *   4.       ADDR_RANGE   the extent of A, W or C is outside the window; the
  *                         extent of X is [X_ADDR, X_ADDR + (rows-1)*LDX +
- *                         row bytes)
+ *                         row bytes), of W striped over P channels
+ *                         [W_ADDR, W_ADDR + (P-1)*W_CSTRIDE +
+ *                         ((N-1)/P)*LDW + K)
  *   5.       AXI_ERROR    an operand inside the window lies outside physical
  *                         memory (the memory answers DECERR)
  * A descriptor refused in steps 1-4 writes nothing (the RTL checks before
@@ -95,9 +99,14 @@ typedef struct tsr_km_estimate {
 uint64_t tsr_km_launch_cycles(const tsr_km_timing_t *t);
 
 /* Adds the cost of one descriptor fetch plus one GEMM of m x n x k (all >= 1)
- * to *acc. A NOP is tsr_km_estimate_nop(). */
+ * to *acc. A NOP is tsr_km_estimate_nop(). With t->ports > 1 it assumes
+ * the weights striped over all the device's channels (W_NCH = ports, the
+ * layout a host gives a multi-channel board); tsr_km_estimate_gemm_desc()
+ * follows the layout a descriptor actually has. */
 void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
                           tsr_km_estimate_t *acc);
+void tsr_km_estimate_gemm_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
+                               tsr_km_estimate_t *acc);
 void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc);
 
 /* Convenience for planners: modeled cycles of a single-descriptor launch. */
@@ -111,8 +120,12 @@ typedef struct tsr_km_memory {
   uint64_t size;
 } tsr_km_memory_t;
 
-/* Checks one descriptor against a window (steps 1-4 above); returns a
- * TSR_HWERR_* code. Does not look at memory. */
+/* Checks one descriptor against a window (steps 1-4 above) for a kernel
+ * with `ports` read ports (W_NCH must be 0, 1 or ports); returns a
+ * TSR_HWERR_* code. Does not look at memory. tsr_km_check_desc() is the
+ * one-port kernel's check. */
+uint32_t tsr_km_check_desc_ports(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
+                                 uint32_t ports);
 uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size);
 
 /* Runs one launch over `mem` and fills *out (every field). Never fails:

@@ -42,8 +42,17 @@ enum {
  * tsr_desc_pack() so the layout never depends on the host ABI. */
 typedef struct tsr_desc {
   uint32_t opcode, flags, m, n, k, lda, ldw, ldc;
-  uint64_t a_addr, w_addr, c_addr, rsvd;
+  uint64_t a_addr, w_addr, c_addr;
+  uint32_t w_nch;     /* channels W is striped over (0 or 1: one)       */
+  uint32_t w_cstride; /* bytes between the channels' rows (0: one)      */
 } tsr_desc_t;
+
+/* Device address of row n of W under the descriptor's channel layout
+ * (hw/regmap.def W_NCH, W_CSTRIDE); nch is a power of two. */
+static inline uint64_t tsr_desc_w_row(const tsr_desc_t *d, uint32_t n) {
+  uint32_t c = d->w_nch > 1 ? d->w_nch : 1;
+  return d->w_addr + (uint64_t)(n % c) * d->w_cstride + (uint64_t)(n / c) * d->ldw;
+}
 
 
 static inline void tsr_desc_pack(uint8_t out[TSR_HW_DESC_BYTES], const tsr_desc_t *d) {
@@ -58,7 +67,8 @@ static inline void tsr_desc_pack(uint8_t out[TSR_HW_DESC_BYTES], const tsr_desc_
   tsr_put_le64(out + TSR_DESC_A_ADDR, d->a_addr);
   tsr_put_le64(out + TSR_DESC_W_ADDR, d->w_addr);
   tsr_put_le64(out + TSR_DESC_C_ADDR, d->c_addr);
-  tsr_put_le64(out + TSR_DESC_RSVD, d->rsvd);
+  tsr_put_le32(out + TSR_DESC_W_NCH, d->w_nch);
+  tsr_put_le32(out + TSR_DESC_W_CSTRIDE, d->w_cstride);
 }
 
 static inline void tsr_desc_unpack(tsr_desc_t *d, const uint8_t in[TSR_HW_DESC_BYTES]) {
@@ -73,7 +83,8 @@ static inline void tsr_desc_unpack(tsr_desc_t *d, const uint8_t in[TSR_HW_DESC_B
   d->a_addr = tsr_get_le64(in + TSR_DESC_A_ADDR);
   d->w_addr = tsr_get_le64(in + TSR_DESC_W_ADDR);
   d->c_addr = tsr_get_le64(in + TSR_DESC_C_ADDR);
-  d->rsvd = tsr_get_le64(in + TSR_DESC_RSVD);
+  d->w_nch = tsr_get_le32(in + TSR_DESC_W_NCH);
+  d->w_cstride = tsr_get_le32(in + TSR_DESC_W_CSTRIDE);
 }
 
 #endif /* TSR_REGMAP_H */

@@ -17,8 +17,18 @@ namespace {
 
 typedef struct {
   uint32_t opcode, flags, m, n, k, lda, ldw, ldc;
-  uint64_t a, w, c, rsvd;
+  uint64_t a, w, c;
+  uint32_t nch, cstride; /* W layout: W_NCH, W_CSTRIDE */
 } desc_t;
+
+/* W's layout (hw/regmap.def): channels, offset of row n, extent. */
+uint64_t w_nch(const desc_t &d) { return d.nch > 1 ? d.nch : 1; }
+uint64_t w_row(const desc_t &d, uint64_t n) {
+  return (n % w_nch(d)) * d.cstride + (n / w_nch(d)) * d.ldw;
+}
+uint64_t w_len(const desc_t &d) {
+  return (w_nch(d) - 1) * d.cstride + (uint64_t)((d.n - 1) / w_nch(d)) * d.ldw + d.k;
+}
 
 bool inside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size) {
   return addr >= base && addr - base <= size && len <= size - (addr - base);
@@ -49,21 +59,23 @@ fetch:
   d.a = get64(raw + TSR_DESC_A_ADDR);
   d.w = get64(raw + TSR_DESC_W_ADDR);
   d.c = get64(raw + TSR_DESC_C_ADDR);
-  d.rsvd = get64(raw + TSR_DESC_RSVD);
+  d.nch = get32(raw + TSR_DESC_W_NCH);
+  d.cstride = get32(raw + TSR_DESC_W_CSTRIDE);
 }
 
 /* The functional model's checks 1-4, in its order. */
 uint32_t check_desc(const desc_t &d, uint64_t wb, uint64_t ws) {
   if (d.opcode != TSR_OP_NOP && d.opcode != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
-  if (d.flags != 0 || d.rsvd != 0) return TSR_HWERR_BAD_OPCODE;
+  if (d.flags != 0) return TSR_HWERR_BAD_OPCODE;
   if (d.opcode == TSR_OP_NOP) return TSR_HWERR_OK;
   if (d.m == 0 || d.n == 0 || d.k == 0 || d.m > TSR_HW_MAX_DIM || d.n > TSR_HW_MAX_DIM ||
       d.k > TSR_HW_MAX_DIM)
     return TSR_HWERR_BAD_DIMS;
-  if (d.lda < d.k || d.ldw < d.k || (uint64_t)d.ldc < 4ull * d.n || d.ldc % 4 || d.c % 4)
+  bool bad_layout = d.nch > 1 ? d.nch != TSR_HLS_PORTS : d.cstride != 0;
+  if (d.lda < d.k || d.ldw < d.k || (uint64_t)d.ldc < 4ull * d.n || d.ldc % 4 || d.c % 4 ||
+      bad_layout)
     return TSR_HWERR_BAD_STRIDE;
-  if (!inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, wb, ws) ||
-      !inside(d.w, (uint64_t)(d.n - 1) * d.ldw + d.k, wb, ws) ||
+  if (!inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, wb, ws) || !inside(d.w, w_len(d), wb, ws) ||
       !inside(d.c, (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n, wb, ws))
     return TSR_HWERR_ADDR_RANGE;
   return TSR_HWERR_OK;
@@ -73,7 +85,7 @@ uint32_t check_desc(const desc_t &d, uint64_t wb, uint64_t ws) {
 bool in_memory(const desc_t &d) {
   const uint64_t phys = TSR_HLS_PHYS_BYTES;
   return inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, 0, phys) &&
-         inside(d.w, (uint64_t)(d.n - 1) * d.ldw + d.k, 0, phys) &&
+         inside(d.w, w_len(d), 0, phys) &&
          inside(d.c, (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n, 0, phys);
 }
 
@@ -91,6 +103,22 @@ load_row:
       buf[r][k] = ((uint32_t)r < rows && (uint32_t)k < kc)
                       ? (int8_t)gmem[addr + (uint64_t)r * ld + (uint64_t)k]
                       : (int8_t)0;
+    }
+  }
+}
+
+/* load: the W rows n0 .. n0+rows-1 of a chunk, each at its place in W's
+ * channel layout; the rest of the buffer is zero. */
+void load_wrows(const uint8_t *gmem, const desc_t &d, uint32_t n0, uint32_t k0, uint32_t rows,
+                uint32_t kc, int8_t buf[TSR_HLS_COLS][TSR_HLS_KC]) {
+load_wrow:
+  for (int r = 0; r < TSR_HLS_COLS; r++) {
+    uint64_t row = d.w + w_row(d, n0 + (uint32_t)r) + k0;
+  load_wbyte:
+    for (int k = 0; k < TSR_HLS_KC; k++) {
+#pragma HLS PIPELINE II = 1
+      buf[r][k] = ((uint32_t)r < rows && (uint32_t)k < kc) ? (int8_t)gmem[row + (uint64_t)k]
+                                                          : (int8_t)0;
     }
   }
 }
@@ -123,7 +151,7 @@ void run_chunk(const uint8_t *gmem, const desc_t &d, uint32_t m0, uint32_t n0, u
 #pragma HLS ARRAY_PARTITION variable = a_buf dim = 1 complete
 #pragma HLS ARRAY_PARTITION variable = w_buf dim = 1 complete
   load_rows<TSR_HLS_ROWS>(gmem, d.a + (uint64_t)m0 * d.lda + k0, d.lda, mt, kc, a_buf);
-  load_rows<TSR_HLS_COLS>(gmem, d.w + (uint64_t)n0 * d.ldw + k0, d.ldw, nt, kc, w_buf);
+  load_wrows(gmem, d, n0, k0, nt, kc, w_buf);
   mac_chunk(a_buf, w_buf, kc, acc);
 }
 

@@ -40,6 +40,11 @@
 /* Bytes of device memory behind gmem, [0, PHYS): an access beyond it is
  * what the interconnect answers with DECERR, reported as AXI_ERROR. A card
  * build sets its bank size; the C simulation sets its test memory. */
+/* Read ports (memory channels) of this build: the W_NCH it accepts. One
+ * m_axi bundle here, so 1. */
+#ifndef TSR_HLS_PORTS
+#define TSR_HLS_PORTS 1
+#endif
 #ifndef TSR_HLS_PHYS_BYTES
 #define TSR_HLS_PHYS_BYTES (16ull << 30)
 #endif

@@ -359,7 +359,9 @@ static void cases() {
   static const mut muts[] = {
       {"bad opcode", TSR_HWERR_BAD_OPCODE, [](tsr_desc_t &d) { d.opcode = 5; }},
       {"flags set", TSR_HWERR_BAD_OPCODE, [](tsr_desc_t &d) { d.flags = 1; }},
-      {"rsvd set", TSR_HWERR_BAD_OPCODE, [](tsr_desc_t &d) { d.rsvd = 1; }},
+      {"W_NCH 2 on one port", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.w_nch = 2; }},
+      {"W_CSTRIDE with one channel", TSR_HWERR_BAD_STRIDE,
+       [](tsr_desc_t &d) { d.w_nch = 1, d.w_cstride = 64; }},
       {"NOP with flags", TSR_HWERR_BAD_OPCODE,
        [](tsr_desc_t &d) { d.opcode = TSR_OP_NOP, d.flags = 4; }},
       {"M = 0", TSR_HWERR_BAD_DIMS, [](tsr_desc_t &d) { d.m = 0; }},

@@ -45,6 +45,9 @@
 #define TSR_U32(off) regs[(off) / 4]
 #define TSR_U64(off) (((__global ulong *)regs)[(off) / 8])
 
+#ifndef TSR_NUM_PORTS
+#define TSR_NUM_PORTS 1 /* read ports this device offers (W_NCH it accepts) */
+#endif
 #ifndef TSR_RM
 #define TSR_RM 2 /* output rows per work-item    */
 #endif
@@ -84,12 +87,27 @@ static void tsr_stop(__global uint *regs, uint status, uint index) {
   TSR_U32(TSR_CL_PLAN) = 0;
 }
 
+/* W's layout (hw/regmap.def W_NCH, W_CSTRIDE): channel count, row address
+ * offset of row r, and the extent the checks use. */
+static ulong tsr_w_nch(__global const uchar *d) {
+  uint nch = tsr_le32(d + TSR_DESC_W_NCH);
+  return nch > 1 ? nch : 1;
+}
+static ulong tsr_w_row(__global const uchar *d, ulong r) {
+  ulong nch = tsr_w_nch(d);
+  return (r % nch) * tsr_le32(d + TSR_DESC_W_CSTRIDE) + (r / nch) * tsr_le32(d + TSR_DESC_LDW);
+}
+static ulong tsr_w_len(__global const uchar *d) {
+  ulong nch = tsr_w_nch(d), n = tsr_le32(d + TSR_DESC_N);
+  return (nch - 1) * tsr_le32(d + TSR_DESC_W_CSTRIDE) +
+         ((n - 1) / nch) * tsr_le32(d + TSR_DESC_LDW) + tsr_le32(d + TSR_DESC_K);
+}
+
 /* The checks of tsr_km_check_desc, in its order. */
 static uint tsr_check_desc(__global const uchar *d, ulong wb, ulong ws) {
   uint op = tsr_le32(d + TSR_DESC_OPCODE);
   if (op != TSR_OP_NOP && op != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
-  if (tsr_le32(d + TSR_DESC_FLAGS) != 0 || tsr_le64(d + TSR_DESC_RSVD) != 0)
-    return TSR_HWERR_BAD_OPCODE;
+  if (tsr_le32(d + TSR_DESC_FLAGS) != 0) return TSR_HWERR_BAD_OPCODE;
   if (op == TSR_OP_NOP) return TSR_HWERR_OK;
   ulong m = tsr_le32(d + TSR_DESC_M), n = tsr_le32(d + TSR_DESC_N);
   ulong k = tsr_le32(d + TSR_DESC_K);
@@ -100,8 +118,11 @@ static uint tsr_check_desc(__global const uchar *d, ulong wb, ulong ws) {
   ulong ldc = tsr_le32(d + TSR_DESC_LDC);
   ulong a = tsr_le64(d + TSR_DESC_A_ADDR), w = tsr_le64(d + TSR_DESC_W_ADDR);
   ulong c = tsr_le64(d + TSR_DESC_C_ADDR);
-  if (lda < k || ldw < k || ldc < 4 * n || ldc % 4 || c % 4) return TSR_HWERR_BAD_STRIDE;
-  if (!tsr_inside(a, (m - 1) * lda + k, wb, ws) || !tsr_inside(w, (n - 1) * ldw + k, wb, ws) ||
+  ulong nch = tsr_le32(d + TSR_DESC_W_NCH), cs = tsr_le32(d + TSR_DESC_W_CSTRIDE);
+  int bad_layout = nch > 1 ? nch != TSR_NUM_PORTS : cs != 0;
+  if (lda < k || ldw < k || ldc < 4 * n || ldc % 4 || c % 4 || bad_layout)
+    return TSR_HWERR_BAD_STRIDE;
+  if (!tsr_inside(a, (m - 1) * lda + k, wb, ws) || !tsr_inside(w, tsr_w_len(d), wb, ws) ||
       !tsr_inside(c, (m - 1) * ldc + 4 * n, wb, ws))
     return TSR_HWERR_ADDR_RANGE;
   return TSR_HWERR_OK;
@@ -150,10 +171,10 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
   uint k = tsr_le32(plan + TSR_DESC_K);
   ulong a = tsr_le64(plan + TSR_DESC_A_ADDR), w = tsr_le64(plan + TSR_DESC_W_ADDR);
   ulong c = tsr_le64(plan + TSR_DESC_C_ADDR);
-  ulong lda = tsr_le32(plan + TSR_DESC_LDA), ldw = tsr_le32(plan + TSR_DESC_LDW);
+  ulong lda = tsr_le32(plan + TSR_DESC_LDA);
   ulong ldc = tsr_le32(plan + TSR_DESC_LDC);
   if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
-      !tsr_inside(w, (n - 1) * ldw + k, origin, phys) ||
+      !tsr_inside(w, tsr_w_len(plan), origin, phys) ||
       !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
     tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0, 0, 0);
     tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
@@ -180,7 +201,7 @@ __kernel void tsr_gemm(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
   ulong origin = TSR_U64(TSR_CL_ORIGIN);
   uint M = tsr_le32(d + TSR_DESC_M), N = tsr_le32(d + TSR_DESC_N);
   uint K = tsr_le32(d + TSR_DESC_K);
-  ulong lda = tsr_le32(d + TSR_DESC_LDA), ldw = tsr_le32(d + TSR_DESC_LDW);
+  ulong lda = tsr_le32(d + TSR_DESC_LDA);
   ulong ldc = tsr_le32(d + TSR_DESC_LDC);
   __global const char *A = (__global const char *)(mem + (tsr_le64(d + TSR_DESC_A_ADDR) - origin));
   __global const char *W = (__global const char *)(mem + (tsr_le64(d + TSR_DESC_W_ADDR) - origin));
@@ -195,7 +216,7 @@ __kernel void tsr_gemm(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
     __global const char *ar[TSR_RM];
     __global const char *wr[TSR_RN];
     for (int i = 0; i < TSR_RM; i++) ar[i] = A + (ulong)min(m0 + i, M - 1) * lda;
-    for (int j = 0; j < TSR_RN; j++) wr[j] = W + (ulong)min(n0 + j, N - 1) * ldw;
+    for (int j = 0; j < TSR_RN; j++) wr[j] = W + tsr_w_row(d, min(n0 + j, N - 1));
     int16 acc[TSR_RM][TSR_RN];
     for (int i = 0; i < TSR_RM; i++)
       for (int j = 0; j < TSR_RN; j++) acc[i][j] = (int16)(0);

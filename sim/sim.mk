@@ -8,19 +8,22 @@
 #   make coverage            line + toggle coverage build, run, summary
 #   make iverilog-check      a small ring under iverilog vs the Verilator model
 #
-# Geometry: RTL_ROWS / RTL_COLS (default 16 x 16), e.g. make rtl RTL_ROWS=32 RTL_COLS=32
-# (a separate build directory per geometry).
+# Geometry: RTL_ROWS / RTL_COLS (default 16 x 16), RTL_PORTS read masters
+# (default 1), e.g. make rtl RTL_ROWS=32 RTL_COLS=32 RTL_PORTS=4 (a separate
+# build directory per geometry: 32x32, or 32x32p4 with several ports).
 
 VERILATOR  ?= verilator
 VL_ROOT    := $(shell $(VERILATOR) --getenv VERILATOR_ROOT 2>/dev/null)
 RTL_ROWS   ?= 16
 RTL_COLS   ?= 16
+RTL_PORTS  ?= 1
 RTL_SV     := $(sort $(wildcard hw/rtl/*.sv))
 RTL_DEPS   := $(RTL_SV) hw/rtl/tsr_regs_pkg.svh
-RTL_GEOM   := -GRows=$(RTL_ROWS) -GCols=$(RTL_COLS)
-RTL_DIR    := $(BUILD)/rtl/$(RTL_ROWS)x$(RTL_COLS)
+RTL_GEOM   := -GRows=$(RTL_ROWS) -GCols=$(RTL_COLS) -GNumPorts=$(RTL_PORTS)
+RTL_NAME   := $(RTL_ROWS)x$(RTL_COLS)$(if $(filter-out 1,$(RTL_PORTS)),p$(RTL_PORTS))
+RTL_DIR    := $(BUILD)/rtl/$(RTL_NAME)
 RTL_LIB    := $(BUILD)/lib/libtessera_rtl.so
-ifneq ($(RTL_ROWS)x$(RTL_COLS),16x16)
+ifneq ($(RTL_NAME),16x16)
 RTL_LIB    := $(RTL_DIR)/libtessera_rtl.so
 endif
 RTL_COV_DIR := $(BUILD)/rtl/cov
@@ -36,7 +39,7 @@ VL_FLAGS := --cc -Wall --assert -Ihw/rtl --top-module tsr_kernel --prefix Vtsr_k
             -CFLAGS -fPIC -j 2 --build
 SIM_CXXFLAGS := -std=c++17 -O2 -g -fPIC -fvisibility=hidden -Wall -Wno-unused-parameter \
                 -I$(VL_ROOT)/include -I$(VL_ROOT)/include/vltstd -Isim \
-                -DTSR_SIM_ROWS=$(RTL_ROWS) -DTSR_SIM_COLS=$(RTL_COLS)
+                -DTSR_SIM_ROWS=$(RTL_ROWS) -DTSR_SIM_COLS=$(RTL_COLS) -DTSR_SIM_PORTS=$(RTL_PORTS)
 SIM_LDFLAGS  := -shared -Wl,--version-script=sim/tsr_sim.map -Wl,--exclude-libs,ALL -lz -pthread
 
 .PHONY: rtl sim-test waves coverage

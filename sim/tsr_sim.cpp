@@ -15,6 +15,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "Vtsr_kernel.h"
 #include "verilated.h"
@@ -36,12 +37,17 @@
 #ifndef TSR_SIM_DATA_BYTES
 #define TSR_SIM_DATA_BYTES 64
 #endif
+#ifndef TSR_SIM_PORTS
+#define TSR_SIM_PORTS 1
+#endif
+static_assert(TSR_SIM_PORTS >= 1 && TSR_SIM_PORTS <= TSR_SIM_MAX_CH, "TSR_SIM_PORTS out of range");
 
 namespace {
 
 constexpr unsigned kBeat = TSR_SIM_DATA_BYTES;      // bytes per AXI beat
 constexpr unsigned kWords = kBeat / 4;              // 32-bit words per beat
 constexpr uint64_t kLiteTimeout = 1000;             // cycles for one register access
+constexpr unsigned kPorts = TSR_SIM_PORTS;          // read masters = memory channels
 
 struct Burst {
   uint64_t addr;
@@ -76,12 +82,17 @@ struct tsr_sim {
   uint8_t *mem = nullptr;
   uint64_t cycle = 0;
   // memory model state
-  std::deque<Burst> rq;        // accepted read bursts, in order
+  // one memory channel per read port: its bursts, bandwidth bucket, profile;
+  // channel 0 also serves the writes
+  struct Channel {
+    std::deque<Burst> rq;      // accepted read bursts, in order
+    int64_t tokens = 0;        // bandwidth bucket, bytes (may go negative)
+    uint32_t latency = 0, bytes_per_cycle = 0;
+  } ch[kPorts];
   std::deque<Burst> awq;       // accepted write bursts awaiting data
   std::deque<WBeat> wq;        // write beats awaiting their burst
   std::deque<PendingB> bq;     // write responses to send
   unsigned w_in_burst = 0;     // beats of awq.front() consumed
-  int64_t tokens = 0;          // bandwidth bucket, bytes (may go negative)
   std::string fault;           // first protocol violation
   bool lite_busy = false;
   // window watch (tsr_sim_watch): accesses outside [watch_lo, watch_hi)
@@ -171,29 +182,110 @@ bool check_burst(tsr_sim *s, const char *ch, uint64_t addr, unsigned len, unsign
   return true;
 }
 
+// Access to the read ports: port 0 is m_axi_gmem, port p > 0 lane p-1 of the
+// flat m_axi_gmemx vectors (an integer or a VlWide, by width).
+template <typename T>
+uint64_t lane_get(const T &v, unsigned lane, unsigned w) {
+  if constexpr (std::is_integral<T>::value) {
+    return (uint64_t)(v >> (lane * w)) & (w == 64 ? ~0ull : ((1ull << w) - 1));
+  } else {
+    uint64_t r = 0;
+    for (unsigned i = 0; i < w; i++) {
+      unsigned b = lane * w + i;
+      r |= (uint64_t)(v[b / 32] >> (b % 32) & 1) << i;
+    }
+    return r;
+  }
+}
+template <typename T>
+void lane_set(T &v, unsigned lane, unsigned w, uint64_t x) {
+  if constexpr (std::is_integral<T>::value) {
+    uint64_t m = (w == 64 ? ~0ull : ((1ull << w) - 1)) << (lane * w);
+    v = (T)((v & ~m) | ((x << (lane * w)) & m));
+  } else {
+    for (unsigned i = 0; i < w; i++) {
+      unsigned b = lane * w + i;
+      v[b / 32] = (v[b / 32] & ~(1u << (b % 32))) | ((uint32_t)(x >> i & 1) << (b % 32));
+    }
+  }
+}
+
+struct ArReq {
+  bool valid;
+  uint64_t addr;
+  unsigned len, size, burst;
+};
+
+ArReq port_ar(Vtsr_kernel *t, unsigned p) {
+  if (p == 0)
+    return {(bool)t->m_axi_gmem_arvalid, (uint64_t)t->m_axi_gmem_araddr, t->m_axi_gmem_arlen,
+            t->m_axi_gmem_arsize, t->m_axi_gmem_arburst};
+  unsigned l = p - 1;
+  return {(bool)lane_get(t->m_axi_gmemx_arvalid, l, 1), lane_get(t->m_axi_gmemx_araddr, l, 64),
+          (unsigned)lane_get(t->m_axi_gmemx_arlen, l, 8),
+          (unsigned)lane_get(t->m_axi_gmemx_arsize, l, 3),
+          (unsigned)lane_get(t->m_axi_gmemx_arburst, l, 2)};
+}
+bool port_arready(Vtsr_kernel *t, unsigned p) {
+  return p == 0 ? t->m_axi_gmem_arready : lane_get(t->m_axi_gmemx_arready, p - 1, 1);
+}
+bool port_rvalid(Vtsr_kernel *t, unsigned p) {
+  return p == 0 ? t->m_axi_gmem_rvalid : lane_get(t->m_axi_gmemx_rvalid, p - 1, 1);
+}
+bool port_rready(Vtsr_kernel *t, unsigned p) {
+  return p == 0 ? t->m_axi_gmem_rready : lane_get(t->m_axi_gmemx_rready, p - 1, 1);
+}
+void port_set_arready(Vtsr_kernel *t, unsigned p, bool v) {
+  if (p == 0) t->m_axi_gmem_arready = v;
+  else lane_set(t->m_axi_gmemx_arready, p - 1, 1, v);
+}
+void port_set_r(Vtsr_kernel *t, unsigned p, bool valid, const uint32_t *words, unsigned resp,
+                bool last) {
+  if (p == 0) {
+    t->m_axi_gmem_rvalid = valid;
+    if (!valid) return;
+    for (unsigned w = 0; w < kWords; w++) t->m_axi_gmem_rdata[w] = words[w];
+    t->m_axi_gmem_rresp = resp;
+    t->m_axi_gmem_rlast = last;
+    return;
+  }
+  unsigned l = p - 1;
+  lane_set(t->m_axi_gmemx_rvalid, l, 1, valid);
+  if (!valid) return;
+  for (unsigned w = 0; w < kWords; w++) t->m_axi_gmemx_rdata[l * kWords + w] = words[w];
+  lane_set(t->m_axi_gmemx_rresp, l, 2, resp);
+  lane_set(t->m_axi_gmemx_rlast, l, 1, last);
+}
+
 // Sets the slave's outputs for the coming cycle from the model state.
 void drive_inputs(tsr_sim *s) {
   Vtsr_kernel *t = s->top.get();
-  t->m_axi_gmem_arready = s->rq.size() < s->cfg.mem_max_outstanding;
-  t->m_axi_gmem_awready = s->awq.size() < s->cfg.mem_max_outstanding;
-  t->m_axi_gmem_wready = s->wq.size() < 512 && s->tokens >= (int64_t)kBeat;
-  // Read data: head burst once its latency has passed and bandwidth allows.
-  bool rv = false;
-  if (!s->rq.empty()) {
-    const Burst &b = s->rq.front();
-    if (s->cycle >= b.ready_at && s->tokens >= (int64_t)kBeat) {
-      rv = true;
-      uint64_t a = b.addr + (uint64_t)b.sent * kBeat;
-      for (unsigned w = 0; w < kWords; w++) {
-        uint32_t v = 0;
-        if (!b.bad) memcpy(&v, s->mem + (a - s->cfg.mem_base) + 4 * w, 4);
-        t->m_axi_gmem_rdata[w] = v;
+  for (unsigned p = 0; p < kPorts; p++) {
+    tsr_sim::Channel &c = s->ch[p];
+    port_set_arready(t, p, c.rq.size() < s->cfg.mem_max_outstanding);
+    // Read data: head burst once its latency has passed and bandwidth allows.
+    bool rv = false;
+    uint32_t words[kWords];
+    unsigned resp = 0;
+    bool last = false;
+    if (!c.rq.empty()) {
+      const Burst &b = c.rq.front();
+      if (s->cycle >= b.ready_at && c.tokens >= (int64_t)kBeat) {
+        rv = true;
+        uint64_t a = b.addr + (uint64_t)b.sent * kBeat;
+        for (unsigned w = 0; w < kWords; w++) {
+          uint32_t v = 0;
+          if (!b.bad) memcpy(&v, s->mem + (a - s->cfg.mem_base) + 4 * w, 4);
+          words[w] = v;
+        }
+        resp = b.bad ? 3 : 0;
+        last = (b.sent + 1 == b.beats);
       }
-      t->m_axi_gmem_rresp = b.bad ? 3 : 0;
-      t->m_axi_gmem_rlast = (b.sent + 1 == b.beats);
     }
+    port_set_r(t, p, rv, words, resp, last);
   }
-  t->m_axi_gmem_rvalid = rv;
+  t->m_axi_gmem_awready = s->awq.size() < s->cfg.mem_max_outstanding;
+  t->m_axi_gmem_wready = s->wq.size() < 512 && s->ch[0].tokens >= (int64_t)kBeat;
   bool bv = !s->bq.empty() && s->cycle >= s->bq.front().ready_at;
   t->m_axi_gmem_bvalid = bv;
   t->m_axi_gmem_bresp = bv && s->bq.front().bad ? 3 : 0;
@@ -225,31 +317,38 @@ void drain_writes(tsr_sim *s) {
 // One clock cycle.
 void step(tsr_sim *s) {
   Vtsr_kernel *t = s->top.get();
-  // Bandwidth: one shared channel, mem_bytes_per_cycle bytes per cycle.
-  s->tokens += s->cfg.mem_bytes_per_cycle;
-  if (s->tokens > 2 * (int64_t)kBeat) s->tokens = 2 * (int64_t)kBeat;
+  // Bandwidth: each channel gets its bytes per cycle; channel 0 is shared by
+  // the reads of port 0 and the writes.
+  for (unsigned p = 0; p < kPorts; p++) {
+    tsr_sim::Channel &c = s->ch[p];
+    c.tokens += c.bytes_per_cycle;
+    if (c.tokens > 2 * (int64_t)kBeat) c.tokens = 2 * (int64_t)kBeat;
+  }
   drive_inputs(s);
   t->clk_i = 0;
   t->eval();
   trace_dump(s, 2 * s->cycle);
   // Handshakes seen before the edge.
-  bool ar = t->m_axi_gmem_arvalid && t->m_axi_gmem_arready;
-  bool r = t->m_axi_gmem_rvalid && t->m_axi_gmem_rready;
   bool aw = t->m_axi_gmem_awvalid && t->m_axi_gmem_awready;
   bool w = t->m_axi_gmem_wvalid && t->m_axi_gmem_wready;
   bool b = t->m_axi_gmem_bvalid && t->m_axi_gmem_bready;
-  if (ar) {
-    uint64_t a = t->m_axi_gmem_araddr;
-    unsigned len = t->m_axi_gmem_arlen;
-    check_burst(s, "AR", a, len, t->m_axi_gmem_arsize, t->m_axi_gmem_arburst);
-    watch_read(s, a, (uint64_t)(len + 1) * kBeat);
-    s->rq.push_back({a, len + 1, 0, s->cycle + s->cfg.mem_latency,
-                     !in_mem(s, a, (uint64_t)(len + 1) * kBeat)});
-  }
-  if (r) {
-    s->tokens -= kBeat;
-    Burst &h = s->rq.front();
-    if (++h.sent == h.beats) s->rq.pop_front();
+  for (unsigned p = 0; p < kPorts; p++) {
+    tsr_sim::Channel &c = s->ch[p];
+    ArReq ar = port_ar(t, p);
+    bool r = port_rvalid(t, p) && port_rready(t, p);
+    if (ar.valid && port_arready(t, p)) {
+      char name[16];
+      snprintf(name, sizeof name, p ? "AR%u" : "AR", p);
+      check_burst(s, name, ar.addr, ar.len, ar.size, ar.burst);
+      watch_read(s, ar.addr, (uint64_t)(ar.len + 1) * kBeat);
+      c.rq.push_back({ar.addr, ar.len + 1, 0, s->cycle + c.latency,
+                      !in_mem(s, ar.addr, (uint64_t)(ar.len + 1) * kBeat)});
+    }
+    if (r) {
+      c.tokens -= kBeat;
+      Burst &h = c.rq.front();
+      if (++h.sent == h.beats) c.rq.pop_front();
+    }
   }
   if (aw) {
     uint64_t a = t->m_axi_gmem_awaddr;
@@ -258,7 +357,7 @@ void step(tsr_sim *s) {
     s->awq.push_back({a, len + 1, 0, 0, !in_mem(s, a, (uint64_t)(len + 1) * kBeat)});
   }
   if (w) {
-    s->tokens -= kBeat;
+    s->ch[0].tokens -= kBeat;
     WBeat wb;
     for (unsigned i = 0; i < kWords; i++) memcpy(wb.data + 4 * i, &t->m_axi_gmem_wdata[i], 4);
     wb.strb = t->m_axi_gmem_wstrb;
@@ -312,7 +411,7 @@ TSR_EXPORT void tsr_sim_reset(tsr_sim_t *s) {
   Verilated::threadContextp(s->ctx.get());
   Vtsr_kernel *t = s->top.get();
   idle_lite(t);
-  s->rq.clear();
+  for (unsigned p = 0; p < kPorts; p++) s->ch[p].rq.clear();
   s->awq.clear();
   s->wq.clear();
   s->bq.clear();
@@ -345,6 +444,10 @@ TSR_EXPORT int tsr_sim_create(const tsr_sim_config_t *cfg_in, tsr_sim_t **out, c
   }
   if (cfg.mem_bytes_per_cycle == 0) cfg.mem_bytes_per_cycle = 64;
   if (cfg.mem_max_outstanding == 0) cfg.mem_max_outstanding = 1;
+  for (unsigned p = 0; p < TSR_SIM_MAX_CH; p++) {
+    if (cfg.ch_latency[p] == 0) cfg.ch_latency[p] = cfg.mem_latency;
+    if (cfg.ch_bytes_per_cycle[p] == 0) cfg.ch_bytes_per_cycle[p] = cfg.mem_bytes_per_cycle;
+  }
   if (cfg.wave_end == 0) cfg.wave_end = cfg.wave_start + 100000;
   tsr_sim *s = new (std::nothrow) tsr_sim;
   if (!s) {
@@ -353,6 +456,10 @@ TSR_EXPORT int tsr_sim_create(const tsr_sim_config_t *cfg_in, tsr_sim_t **out, c
   }
   try {
     s->cfg = cfg;
+    for (unsigned p = 0; p < kPorts; p++) {
+      s->ch[p].latency = p ? cfg.ch_latency[p] : cfg.mem_latency;
+      s->ch[p].bytes_per_cycle = p ? cfg.ch_bytes_per_cycle[p] : cfg.mem_bytes_per_cycle;
+    }
     s->mem = static_cast<uint8_t *>(calloc(1, cfg.mem_size));
     if (!s->mem) {
       set_err(err, errlen, "tsr_sim_create: cannot allocate %llu bytes of device memory",
@@ -529,6 +636,11 @@ TSR_EXPORT void tsr_sim_geometry(const tsr_sim_t *s, uint32_t *rows, uint32_t *c
   (void)s;
   if (rows) *rows = TSR_SIM_ROWS;
   if (cols) *cols = TSR_SIM_COLS;
+}
+
+TSR_EXPORT unsigned tsr_sim_ports(const tsr_sim_t *s) {
+  (void)s;
+  return kPorts;
 }
 
 TSR_EXPORT int tsr_sim_watch(tsr_sim_t *s, uint64_t base, uint64_t size) {

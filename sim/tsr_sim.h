@@ -23,6 +23,9 @@ extern "C" {
 
 #define TSR_SIM_ABI_VERSION 1
 
+/* Memory channels a configuration can describe (read ports of the kernel). */
+#define TSR_SIM_MAX_CH 32
+
 typedef struct tsr_sim tsr_sim_t;
 
 typedef struct tsr_sim_config {
@@ -36,6 +39,12 @@ typedef struct tsr_sim_config {
   uint64_t wave_end;          /* last cycle to dump (0 = wave_start + 100k)  */
   int wave_depth;             /* hierarchy depth to trace (0 = all)          */
   const char *coverage_path;  /* coverage .dat written at destroy (coverage build) */
+  /* additive to ABI v1: one memory channel per read port of the kernel
+   * (tsr_sim_ports); channel 0 is the mem_* fields above and also takes
+   * the writes, channel p > 0 has its own bucket and queue with these
+   * (0 = the same as channel 0) */
+  uint32_t ch_latency[TSR_SIM_MAX_CH];         /* cycles, AR to first R beat */
+  uint32_t ch_bytes_per_cycle[TSR_SIM_MAX_CH]; /* read bandwidth           */
 } tsr_sim_config_t;
 
 /* Fills defaults (see sim/README.md for the board profile they model). */
@@ -73,6 +82,9 @@ uint64_t tsr_sim_cycles(const tsr_sim_t *sim);
 int tsr_sim_irq(const tsr_sim_t *sim);
 /* Array geometry the library was built with. */
 void tsr_sim_geometry(const tsr_sim_t *sim, uint32_t *rows, uint32_t *cols);
+/* Read ports (memory channels) the library was built with (additive to
+ * ABI v1; also in HW_INFO bits 31:24). */
+unsigned tsr_sim_ports(const tsr_sim_t *sim);
 
 /* ---- window watch (additive to ABI v1: look these up with dlsym) --------
  * The memory model flags every access of the kernel that reaches outside a
@@ -115,6 +127,7 @@ typedef struct tsr_sim_api {
   const char *(*last_error)(const tsr_sim_t *);
   int (*watch)(tsr_sim_t *, uint64_t, uint64_t);
   void (*stray)(const tsr_sim_t *, tsr_sim_stray_t *);
+  unsigned (*ports)(const tsr_sim_t *);
 } tsr_sim_api_t;
 
 /* Fills *api from a loaded library through `sym` (dlsym, or a wrapper).
@@ -144,6 +157,7 @@ static inline const char *tsr_sim_api_resolve(void *lib, void *(*sym)(void *, co
       {"tsr_sim_last_error", (void **)&api->last_error, 0},
       {"tsr_sim_watch", (void **)&api->watch, 0},
       {"tsr_sim_stray", (void **)&api->stray, 0},
+      {"tsr_sim_ports", (void **)&api->ports, 0},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     *t[i].slot = sym(lib, t[i].name);

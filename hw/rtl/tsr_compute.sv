@@ -11,6 +11,8 @@ module tsr_compute #(
   parameter int Rows      = 16,    // array rows
   parameter int DataBytes = 64,    // bytes per buffer word
   parameter int KChunk    = 4096,  // k bytes per buffered chunk
+  parameter int NumPorts  = 1,     // read ports
+  parameter int SegW      = 16,    // bits of a port's segment counter
   parameter int SlotAw    = $clog2(KChunk / DataBytes),  // word address bits of a slot
   parameter int KcW       = $clog2(KChunk) + 1,          // holds KChunk
   parameter int MLenW     = $clog2(Rows + 1),            // tile rows bits
@@ -31,8 +33,8 @@ module tsr_compute #(
   input  logic [MLenW-1:0]  mlen_i,       // tile rows
   input  logic [NLenW-1:0]  nlen_i,       // tile columns
   input  logic [63:0]       c_i,          // tile address in C
-  input  logic [31:0]       target_i,     // segments that must have arrived
-  input  logic [31:0]       segs_done_i,  // segments arrived so far
+  input  logic [NumPorts*SegW-1:0] target_i,    // per port: segments that must have arrived
+  input  logic [NumPorts*SegW-1:0] segs_done_i, // per port: segments arrived so far
   output logic              pop_o,        // the step starts: drop the record
   // output bank
   input  logic              out_busy_i,   // the writer still drains the bank
@@ -69,7 +71,15 @@ module tsr_compute #(
   logic [NLenW-1:0] nlen_q, nlen_d;
   logic             arrived, hold, issue, finishing, start;
 
-  assign arrived   = $signed(segs_done_i - target_i) >= 0;
+  // Every port has delivered the step's segments (ports finish out of order,
+  // so each is compared on its own; the counters wrap).
+  logic [NumPorts-1:0] port_ok;
+  for (genvar p = 0; p < NumPorts; p++) begin : g_arrived
+    logic [SegW-1:0] diff;
+    assign diff       = segs_done_i[p*SegW +: SegW] - target_i[p*SegW +: SegW];
+    assign port_ok[p] = !diff[SegW-1];
+  end
+  assign arrived   = &port_ok;
   assign hold      = act_q && last_q && (t_q == tlast_q) && out_busy_i;
   assign issue     = act_q && !hold;
   assign finishing = issue && (t_q == tlast_q);

@@ -17,7 +17,9 @@ module tsr_core #(
   parameter int DataBytes      = 64,    // AXI data bus bytes
   parameter int KChunk         = 4096,  // k bytes per buffered chunk
   parameter int MaxOutstanding = 16,    // AXI bursts in flight per direction
-  parameter int DW             = DataBytes * 8  // AXI data bits
+  parameter int NumPorts       = 1,     // AXI4 read masters, one memory channel each
+  parameter int DW             = DataBytes * 8, // AXI data bits
+  parameter int XP             = (NumPorts > 1) ? NumPorts - 1 : 1  // lanes of the x ports
 ) (
   input  logic                 clk_i,         // clock
   input  logic                 rst_ni,        // asynchronous reset, active low
@@ -60,7 +62,19 @@ module tsr_core #(
   output logic                 wlast_o,       // W last
   input  logic                 bvalid_i,      // B valid
   output logic                 bready_o,      // B ready
-  input  logic [1:0]           bresp_i        // B response
+  input  logic [1:0]           bresp_i,       // B response
+  // read masters 1 .. NumPorts-1 (lane i-1 is port i; unused when NumPorts = 1)
+  output logic [XP-1:0]        xarvalid_o,    // AR valid
+  input  logic [XP-1:0]        xarready_i,    // AR ready
+  output logic [XP*64-1:0]     xaraddr_o,     // AR address
+  output logic [XP*8-1:0]      xarlen_o,      // AR beats - 1
+  output logic [XP*3-1:0]      xarsize_o,     // AR size
+  output logic [XP*2-1:0]      xarburst_o,    // AR burst type
+  input  logic [XP-1:0]        xrvalid_i,     // R valid
+  output logic [XP-1:0]        xrready_o,     // R ready
+  input  logic [XP*DW-1:0]     xrdata_i,      // R data
+  input  logic [XP*2-1:0]      xrresp_i,      // R response
+  input  logic [XP-1:0]        xrlast_i       // R last
 );
 `include "tsr_regs_pkg.svh"
 
@@ -77,11 +91,16 @@ module tsr_core #(
   localparam int RowBytes  = 4 * Cols;
   localparam int NbW       = $clog2(RowBytes + 1);
   localparam logic [1:0] DestDesc = 2'd0, DestA = 2'd1, DestW = 2'd2;
+  localparam int PortW     = (NumPorts > 1) ? $clog2(NumPorts) : 1;
+  localparam int SegW      = 16;                   // per-port segment counters
+  localparam int CntW      = NumPorts * SegW;
 
   // ---------------------------------------------------------------- wiring
   // descriptor unit
   logic        fetch_valid, exec, exec_gemv, running, executing, barrier_ok;
   logic [63:0] fetch_addr, d_a, d_w, d_c, win_base;
+  logic        striped;
+  logic [31:0] d_cstride;
   logic [64:0] win_end;
   logic [15:0] d_m, d_n, d_k;
   logic [31:0] d_lda, d_ldw, d_ldc;
@@ -93,18 +112,24 @@ module tsr_core #(
   logic [BankW-1:0] seg_bank;
   logic [RamAw-1:0] seg_waddr;
   logic             l_valid, l_w, l_idle;
+  logic [PortW-1:0] l_port, seg_port;
   logic [63:0]      l_addr;
   logic [KcW-1:0]   l_len;
   logic [7:0]       l_bank;
   logic [RamAw-1:0] l_waddr;
-  // read master -> buffers
-  logic              buf_we, seg_done, rd_idle, rd_err;
+  // read masters -> buffers (port 0 also takes the descriptors and A)
+  logic [NumPorts-1:0]       pt_seg_valid, pt_seg_ready, pt_we, pt_done, pt_idle, pt_err;
+  logic [NumPorts*2-1:0]     pt_dest;
+  logic [NumPorts*BankW-1:0] pt_bank;
+  logic [NumPorts*RamAw-1:0] pt_waddr;
+  logic [NumPorts*DW-1:0]    pt_wdata;
+  logic              buf_we, rd_idle, rd_err;
   logic [1:0]        buf_dest;
   logic [BankW-1:0]  buf_bank;
   logic [RamAw-1:0]  buf_waddr;
   logic [DW-1:0]     buf_wdata;
   // step queue
-  localparam int StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + 32;
+  localparam int StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + CntW;
   logic             sf_push, sf_pop, sf_empty, sf_full;
   logic [StepW-1:0] sf_wdata, sf_rdata;
   logic             s_sa, s_sw, s_first, s_last, s_gemv;
@@ -112,13 +137,13 @@ module tsr_core #(
   logic [MLenW-1:0] s_mlen;
   logic [NLenW-1:0] s_nlen;
   logic [63:0]      s_c;
-  logic [31:0]      s_target;
+  logic [CntW-1:0]  s_target;
   logic             h_sa, h_sw, h_first, h_last, h_gemv;
   logic [KcW-1:0]   h_kc;
   logic [MLenW-1:0] h_mlen;
   logic [NLenW-1:0] h_nlen;
   logic [63:0]      h_c;
-  logic [31:0]      h_target;
+  logic [CntW-1:0]  h_target;
   // compute
   logic             c_release, c_rel_sa, c_rel_sw, c_active, c_re, tile, tile_gemv;
   logic [RamAw-1:0] a_raddr, w_raddr;
@@ -137,13 +162,13 @@ module tsr_core #(
   logic [RowBytes*8-1:0] wreq_data;
   logic [NbW-1:0]        wreq_nbytes;
   // counters
-  logic [31:0] segs_issued_q, segs_issued_d, segs_done_q, segs_done_d;
+  logic [CntW-1:0] segs_issued_q, segs_issued_d, segs_done_q, segs_done_d;
   logic [63:0] cyc_busy_q, cyc_busy_d, cyc_stall_q, cyc_stall_d;
   logic [63:0] bytes_rd_q, bytes_rd_d, bytes_wr_q, bytes_wr_d;
   logic        run_start;
 
   // ---------------------------------------------------------------- engines
-  tsr_desc_unit #(.Cols(Cols), .DataBytes(DataBytes)) u_desc (
+  tsr_desc_unit #(.Cols(Cols), .DataBytes(DataBytes), .NumPorts(NumPorts)) u_desc (
     .clk_i, .rst_ni,
     .start_i, .mem_base_i, .mem_size_i, .ring_i, .n_desc_i,
     .fetch_valid_o (fetch_valid), .fetch_addr_o (fetch_addr), .fetch_ready_i (seg_ready),
@@ -153,17 +178,20 @@ module tsr_core #(
     .running_o (running), .executing_o (executing),
     .m_o (d_m), .n_o (d_n), .k_o (d_k), .lda_o (d_lda), .ldw_o (d_ldw), .ldc_o (d_ldc),
     .a_addr_o (d_a), .w_addr_o (d_w), .c_addr_o (d_c),
+    .striped_o (striped), .w_cstride_o (d_cstride),
     .win_base_o (win_base), .win_end_o (win_end),
     .done_o, .status_o, .err_index_o, .desc_done_o, .macs_o
   );
 
-  tsr_loader #(.Rows(Rows), .Cols(Cols), .DataBytes(DataBytes), .KChunk(KChunk)) u_load (
+  tsr_loader #(.Rows(Rows), .Cols(Cols), .DataBytes(DataBytes), .KChunk(KChunk),
+               .NumPorts(NumPorts), .SegW(SegW)) u_load (
     .clk_i, .rst_ni,
     .start_i (exec), .gemv_i (exec_gemv), .m_i (d_m), .n_i (d_n), .k_i (d_k),
     .lda_i (d_lda), .ldw_i (d_ldw), .ldc_i (d_ldc),
-    .a_addr_i (d_a), .w_addr_i (d_w), .c_addr_i (d_c), .idle_o (l_idle),
+    .a_addr_i (d_a), .w_addr_i (d_w), .c_addr_i (d_c),
+    .striped_i (striped), .w_cstride_i (d_cstride), .idle_o (l_idle),
     .seg_valid_o (l_valid), .seg_ready_i (seg_ready), .seg_addr_o (l_addr),
-    .seg_len_o (l_len), .seg_w_o (l_w), .seg_bank_o (l_bank), .seg_waddr_o (l_waddr),
+    .seg_len_o (l_len), .seg_w_o (l_w), .seg_port_o (l_port), .seg_bank_o (l_bank), .seg_waddr_o (l_waddr),
     .push_o (sf_push), .full_i (sf_full), .segs_issued_i (segs_issued_q),
     .st_sa_o (s_sa), .st_sw_o (s_sw), .st_kc_o (s_kc), .st_first_o (s_first),
     .st_last_o (s_last), .st_gemv_o (s_gemv), .st_mlen_o (s_mlen), .st_nlen_o (s_nlen),
@@ -182,7 +210,7 @@ module tsr_core #(
   );
 
   tsr_compute #(.Rows(Rows), .DataBytes(DataBytes), .KChunk(KChunk),
-                .NLenW(NLenW)) u_comp (
+                .NumPorts(NumPorts), .SegW(SegW), .NLenW(NLenW)) u_comp (
     .clk_i, .rst_ni,
     .valid_i (!sf_empty), .sa_i (h_sa), .sw_i (h_sw), .kc_i (h_kc), .first_i (h_first),
     .last_i (h_last), .gemv_i (h_gemv), .mlen_i (h_mlen), .nlen_i (h_nlen), .c_i (h_c),
@@ -213,6 +241,7 @@ module tsr_core #(
     seg_dest  = l_w ? DestW : DestA;
     seg_bank  = l_bank;
     seg_waddr = l_waddr;
+    seg_port  = l_port;
     if (fetch_valid) begin
       seg_valid = 1'b1;
       seg_addr  = fetch_addr;
@@ -220,9 +249,24 @@ module tsr_core #(
       seg_dest  = DestDesc;
       seg_bank  = '0;
       seg_waddr = '0;
+      seg_port  = '0;
     end
   end
-  assign seg_hs = seg_valid && seg_ready;
+  assign seg_ready = pt_seg_ready[seg_port];
+  assign seg_hs    = seg_valid && seg_ready;
+  for (genvar p = 0; p < NumPorts; p++) begin : g_segv
+    assign pt_seg_valid[p] = seg_valid && (seg_port == PortW'(p));
+  end
+
+  // Port 0 writes the descriptor, the A banks and (unless W is striped) every
+  // W bank; port p > 0 writes W banks j with j % NumPorts == p.
+  assign buf_we    = pt_we[0];
+  assign buf_dest  = pt_dest[1:0];
+  assign buf_bank  = pt_bank[BankW-1:0];
+  assign buf_waddr = pt_waddr[RamAw-1:0];
+  assign buf_wdata = pt_wdata[DW-1:0];
+  assign rd_idle   = &pt_idle;
+  assign rd_err    = |pt_err;
 
   // ---------------------------------------------------------------- buffers
   logic [Rows*DW-1:0] a_words;
@@ -240,11 +284,25 @@ module tsr_core #(
     );
   end
   for (genvar j = 0; j < Cols; j++) begin : g_wbank
+    localparam int P = j % NumPorts;   // the port of this bank when striped
+    logic              we, src;
+    logic [RamAw-1:0]  waddr;
+    logic [DW-1:0]     wdata;
+    if (P == 0) begin : g_p0
+      assign src = 1'b0;
+    end else begin : g_px
+      assign src = striped;
+    end
+    assign we    = src ? (pt_we[P] && pt_dest[P*2 +: 2] == DestW &&
+                          pt_bank[P*BankW +: BankW] == BankW'(j))
+                       : (buf_we && buf_dest == DestW && buf_bank == BankW'(j));
+    assign waddr = src ? pt_waddr[P*RamAw +: RamAw] : buf_waddr;
+    assign wdata = src ? pt_wdata[P*DW +: DW] : buf_wdata;
     tsr_ram_1r1w #(.Width(DW), .Depth(2 * WordsSlot)) u_ram (
       .clk_i,
-      .we_i    (buf_we && buf_dest == DestW && buf_bank == BankW'(j)),
-      .waddr_i (buf_waddr),
-      .wdata_i (buf_wdata),
+      .we_i    (we),
+      .waddr_i (waddr),
+      .wdata_i (wdata),
       .re_i    (c_re),
       .raddr_i (w_raddr),
       .rdata_o (w_words[j*DW +: DW])
@@ -274,18 +332,63 @@ module tsr_core #(
     .idle_o (wr_idle), .err_o (wr_err)
   );
 
-  tsr_rd_master #(.DataBytes(DataBytes), .MaxOutstanding(MaxOutstanding),
-                  .BankW(BankW), .WordAw(RamAw), .LenW(LenW)) u_rd (
-    .clk_i, .rst_ni,
-    .seg_valid_i (seg_valid), .seg_ready_o (seg_ready), .seg_addr_i (seg_addr),
-    .seg_len_i (seg_len), .seg_dest_i (seg_dest), .seg_bank_i (seg_bank),
-    .seg_waddr_i (seg_waddr),
-    .arvalid_o, .arready_i, .araddr_o, .arlen_o, .arsize_o, .arburst_o,
-    .rvalid_i, .rready_o, .rdata_i, .rresp_i, .rlast_i,
-    .buf_we_o (buf_we), .buf_dest_o (buf_dest), .buf_bank_o (buf_bank),
-    .buf_waddr_o (buf_waddr), .buf_wdata_o (buf_wdata),
-    .seg_done_o (seg_done), .err_o (rd_err), .idle_o (rd_idle)
-  );
+  for (genvar p = 0; p < NumPorts; p++) begin : g_rd
+    logic              arvalid, arready, rvalid, rready, rlast;
+    logic [63:0]       araddr;
+    logic [7:0]        arlen;
+    logic [2:0]        arsize;
+    logic [1:0]        arburst, rresp;
+    logic [DW-1:0]     rdata;
+    if (p == 0) begin : g_main
+      assign arvalid_o = arvalid;
+      assign arready   = arready_i;
+      assign araddr_o  = araddr;
+      assign arlen_o   = arlen;
+      assign arsize_o  = arsize;
+      assign arburst_o = arburst;
+      assign rvalid    = rvalid_i;
+      assign rready_o  = rready;
+      assign rdata     = rdata_i;
+      assign rresp     = rresp_i;
+      assign rlast     = rlast_i;
+    end else begin : g_x
+      assign xarvalid_o[p-1]          = arvalid;
+      assign arready                  = xarready_i[p-1];
+      assign xaraddr_o[(p-1)*64 +: 64] = araddr;
+      assign xarlen_o[(p-1)*8 +: 8]    = arlen;
+      assign xarsize_o[(p-1)*3 +: 3]   = arsize;
+      assign xarburst_o[(p-1)*2 +: 2]  = arburst;
+      assign rvalid                   = xrvalid_i[p-1];
+      assign xrready_o[p-1]           = rready;
+      assign rdata                    = xrdata_i[(p-1)*DW +: DW];
+      assign rresp                    = xrresp_i[(p-1)*2 +: 2];
+      assign rlast                    = xrlast_i[p-1];
+    end
+    tsr_rd_master #(.DataBytes(DataBytes), .MaxOutstanding(MaxOutstanding),
+                    .BankW(BankW), .WordAw(RamAw), .LenW(LenW)) u_rd (
+      .clk_i, .rst_ni,
+      .seg_valid_i (pt_seg_valid[p]), .seg_ready_o (pt_seg_ready[p]), .seg_addr_i (seg_addr),
+      .seg_len_i (seg_len), .seg_dest_i (seg_dest), .seg_bank_i (seg_bank),
+      .seg_waddr_i (seg_waddr),
+      .arvalid_o (arvalid), .arready_i (arready), .araddr_o (araddr), .arlen_o (arlen),
+      .arsize_o (arsize), .arburst_o (arburst),
+      .rvalid_i (rvalid), .rready_o (rready), .rdata_i (rdata), .rresp_i (rresp),
+      .rlast_i (rlast),
+      .buf_we_o (pt_we[p]), .buf_dest_o (pt_dest[p*2 +: 2]), .buf_bank_o (pt_bank[p*BankW +: BankW]),
+      .buf_waddr_o (pt_waddr[p*RamAw +: RamAw]), .buf_wdata_o (pt_wdata[p*DW +: DW]),
+      .seg_done_o (pt_done[p]), .err_o (pt_err[p]), .idle_o (pt_idle[p])
+    );
+  end
+  if (NumPorts == 1) begin : g_no_x
+    assign xarvalid_o = '0;
+    assign xaraddr_o  = '0;
+    assign xarlen_o   = '0;
+    assign xarsize_o  = '0;
+    assign xarburst_o = '0;
+    assign xrready_o  = '0;
+    logic unused_x;
+    assign unused_x = ^{xarready_i, xrvalid_i, xrdata_i, xrresp_i, xrlast_i};
+  end
 
   // ---------------------------------------------------------------- counters
   assign barrier_ok = l_idle && sf_empty && !c_active && !out_busy &&
@@ -293,8 +396,10 @@ module tsr_core #(
   assign run_start  = !running && start_i;
 
   always_comb begin
-    segs_issued_d = segs_issued_q + 32'(seg_hs);
-    segs_done_d   = segs_done_q + 32'(seg_done);
+    for (int p = 0; p < NumPorts; p++) begin
+      segs_issued_d[p*SegW +: SegW] = segs_issued_q[p*SegW +: SegW] + SegW'(pt_seg_valid[p] && pt_seg_ready[p]);
+      segs_done_d[p*SegW +: SegW]   = segs_done_q[p*SegW +: SegW] + SegW'(pt_done[p]);
+    end
     cyc_busy_d    = running ? cyc_busy_q + 64'd1 : cyc_busy_q;
     cyc_stall_d   = cyc_stall_q;
     if (running && executing && !c_active && (!l_idle || !sf_empty)) begin
@@ -335,6 +440,8 @@ module tsr_core #(
       else $fatal(1, "DataBytes must be a power of two >= 64");
     assert ((Rows & (Rows - 1)) == 0 && (Cols & (Cols - 1)) == 0 && Rows <= DataBytes)
       else $fatal(1, "Rows and Cols must be powers of two, Rows <= DataBytes");
+    assert (NumPorts >= 1 && (NumPorts & (NumPorts - 1)) == 0 && NumPorts <= Cols)
+      else $fatal(1, "NumPorts must be a power of two, 1 .. Cols");
     assert (KChunk % DataBytes == 0 && KChunk >= DataBytes)
       else $fatal(1, "KChunk must be a multiple of DataBytes");
   end

@@ -14,8 +14,9 @@
 // Unmapped offsets inside the 0x80 window read 0 and ignore writes; offsets
 // beyond it or not 4-byte aligned get SLVERR.
 module tsr_ctrl_s_axi #(
-  parameter int Rows = 16,  // array rows (HW_INFO)
-  parameter int Cols = 16   // array columns (HW_INFO)
+  parameter int Rows     = 16,  // array rows (HW_INFO)
+  parameter int Cols     = 16,  // array columns (HW_INFO)
+  parameter int NumPorts = 1    // read ports (HW_INFO)
 ) (
   input  logic        clk_i,           // clock
   input  logic        rst_ni,          // asynchronous reset, active low
@@ -231,7 +232,7 @@ module tsr_ctrl_s_axi #(
 
   // Register read multiplexer.
   logic [31:0] hw_info;
-  assign hw_info = {8'd0, 8'(TSR_HW_IF_VERSION), 8'(Cols), 8'(Rows)};
+  assign hw_info = {8'(NumPorts), 8'(TSR_HW_IF_VERSION), 8'(Cols), 8'(Rows)};
 
   logic [31:0] rd_mux;
   always_comb begin

@@ -9,7 +9,8 @@
 // STATUS and ERR_INDEX; MACS and DESC_DONE count completed descriptors.
 module tsr_desc_unit #(
   parameter int Cols      = 16,  // array columns (GEMV choice)
-  parameter int DataBytes = 64   // AXI data bus bytes
+  parameter int DataBytes = 64,  // AXI data bus bytes
+  parameter int NumPorts  = 1    // read ports (memory channels), power of two
 ) (
   input  logic         clk_i,          // clock
   input  logic         rst_ni,         // asynchronous reset, active low
@@ -43,6 +44,8 @@ module tsr_desc_unit #(
   output logic [63:0]  a_addr_o,       // A_ADDR
   output logic [63:0]  w_addr_o,       // W_ADDR
   output logic [63:0]  c_addr_o,       // C_ADDR
+  output logic         striped_o,      // W striped over the NumPorts channels
+  output logic [31:0]  w_cstride_o,    // W_CSTRIDE
   output logic [63:0]  win_base_o,     // window of the run (assertions)
   output logic [64:0]  win_end_o,      // window end, 65 bits
   // results of the run
@@ -69,7 +72,8 @@ module tsr_desc_unit #(
 
   // Descriptor fields.
   logic [31:0] d_op, d_flags, d_m, d_n, d_k, d_lda, d_ldw, d_ldc;
-  logic [63:0] d_a, d_w, d_c, d_rsvd;
+  logic [63:0] d_a, d_w, d_c;
+  logic [31:0] d_nch, d_cstride;
   assign d_op    = dword_q[TSR_DESC_OPCODE*8 +: 32];
   assign d_flags = dword_q[TSR_DESC_FLAGS*8 +: 32];
   assign d_m     = dword_q[TSR_DESC_M*8 +: 32];
@@ -81,7 +85,14 @@ module tsr_desc_unit #(
   assign d_a     = dword_q[TSR_DESC_A_ADDR*8 +: 64];
   assign d_w     = dword_q[TSR_DESC_W_ADDR*8 +: 64];
   assign d_c     = dword_q[TSR_DESC_C_ADDR*8 +: 64];
-  assign d_rsvd  = dword_q[TSR_DESC_RSVD*8 +: 64];
+  assign d_nch     = dword_q[TSR_DESC_W_NCH*8 +: 32];
+  assign d_cstride = dword_q[TSR_DESC_W_CSTRIDE*8 +: 32];
+
+  // W striped over the channels: row n at W + (n % P)*W_CSTRIDE + (n / P)*LDW.
+  localparam int LogPorts = $clog2(NumPorts);
+  logic striped, nch_bad;
+  assign striped = (d_nch > 32'd1);
+  assign nch_bad = striped ? (d_nch != 32'(NumPorts)) : (d_cstride != 32'd0);
 
   logic [15:0] m16, n16, k16;
   assign m16 = d_m[15:0];
@@ -89,7 +100,9 @@ module tsr_desc_unit #(
   assign k16 = d_k[15:0];
 
   // Check pipeline: products (RChk1), extents (RChk2), compares (RChk3).
-  logic [47:0] pa_q, pa_d, pw_q, pw_d, pc_q, pc_d, mnk_q, mnk_d;
+  logic [47:0] pa_q, pa_d, pw_q, pw_d, pc_q, pc_d, mnk_q, mnk_d, pch_q, pch_d;
+  logic [15:0] wrows;                     // rows of W in the fullest channel, - 1
+  assign wrows = striped ? 16'(16'(n16 - 16'd1) >> LogPorts) : 16'(n16 - 16'd1);
   logic [31:0] mn_q, mn_d;
   logic [64:0] a_end_q, a_end_d, w_end_q, w_end_d, c_end_q, c_end_d;
   logic [31:0] chk_err;
@@ -97,15 +110,14 @@ module tsr_desc_unit #(
 
   always_comb begin
     chk_err = TSR_HWERR_OK;
-    if ((d_op != TSR_OP_NOP && d_op != TSR_OP_GEMM_I8_I32) || d_flags != 32'd0 ||
-        d_rsvd != 64'd0) begin
+    if ((d_op != TSR_OP_NOP && d_op != TSR_OP_GEMM_I8_I32) || d_flags != 32'd0) begin
       chk_err = TSR_HWERR_BAD_OPCODE;
     end else if (d_op == TSR_OP_GEMM_I8_I32) begin
       if (d_m == 32'd0 || d_n == 32'd0 || d_k == 32'd0 || d_m > TSR_HW_MAX_DIM ||
           d_n > TSR_HW_MAX_DIM || d_k > TSR_HW_MAX_DIM) begin
         chk_err = TSR_HWERR_BAD_DIMS;
       end else if (d_lda < d_k || d_ldw < d_k || {2'b00, d_ldc} < {d_n, 2'b00} ||
-                   d_ldc[1:0] != 2'b00 || d_c[1:0] != 2'b00) begin
+                   d_ldc[1:0] != 2'b00 || d_c[1:0] != 2'b00 || nch_bad) begin
         chk_err = TSR_HWERR_BAD_STRIDE;
       end else if ({1'b0, d_a} < {1'b0, base_q} || a_end_q > win_end_q ||
                    {1'b0, d_w} < {1'b0, base_q} || w_end_q > win_end_q ||
@@ -130,7 +142,7 @@ module tsr_desc_unit #(
     macs_d = macs_q; win_end_d = win_end_q;
     axi_err_d = axi_err_q || ((st_q != RIdle) && axi_err_i);
     done_d = 1'b0;
-    pa_d = pa_q; pw_d = pw_q; pc_d = pc_q; mn_d = mn_q; mnk_d = mnk_q;
+    pa_d = pa_q; pw_d = pw_q; pc_d = pc_q; mn_d = mn_q; mnk_d = mnk_q; pch_d = pch_q;
     a_end_d = a_end_q; w_end_d = w_end_q; c_end_d = c_end_q;
     exec_o = 1'b0;
     unique case (st_q)
@@ -168,14 +180,16 @@ module tsr_desc_unit #(
       end
       RChk1: begin
         pa_d = 48'(16'(m16 - 16'd1)) * 48'(d_lda);
-        pw_d = 48'(16'(n16 - 16'd1)) * 48'(d_ldw);
+        pw_d = 48'(wrows) * 48'(d_ldw);
+        // (P - 1) * W_CSTRIDE: only a striped W has a channel offset
+        pch_d = striped ? (48'(d_cstride) << LogPorts) - 48'(d_cstride) : 48'd0;
         pc_d = 48'(16'(m16 - 16'd1)) * 48'(d_ldc);
         mn_d = 32'(m16) * 32'(n16);
         st_d = RChk2;
       end
       RChk2: begin
         a_end_d = {1'b0, d_a} + 65'(pa_q) + 65'(k16);
-        w_end_d = {1'b0, d_w} + 65'(pw_q) + 65'(k16);
+        w_end_d = {1'b0, d_w} + 65'(pw_q) + 65'(pch_q) + 65'(k16);
         c_end_d = {1'b0, d_c} + 65'(pc_q) + 65'({n16, 2'b00});
         mnk_d   = 48'(mn_q) * 48'(k16);
         st_d = RChk3;
@@ -234,10 +248,10 @@ module tsr_desc_unit #(
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      pa_q <= '0; pw_q <= '0; pc_q <= '0; mn_q <= '0; mnk_q <= '0;
+      pa_q <= '0; pw_q <= '0; pc_q <= '0; mn_q <= '0; mnk_q <= '0; pch_q <= '0;
       a_end_q <= '0; w_end_q <= '0; c_end_q <= '0;
     end else begin
-      pa_q <= pa_d; pw_q <= pw_d; pc_q <= pc_d; mn_q <= mn_d; mnk_q <= mnk_d;
+      pa_q <= pa_d; pw_q <= pw_d; pc_q <= pc_d; mn_q <= mn_d; mnk_q <= mnk_d; pch_q <= pch_d;
       a_end_q <= a_end_d; w_end_q <= w_end_d; c_end_q <= c_end_d;
     end
   end
@@ -263,6 +277,8 @@ module tsr_desc_unit #(
   assign a_addr_o = d_a;
   assign w_addr_o = d_w;
   assign c_addr_o = d_c;
+  assign striped_o   = striped && (NumPorts > 1);
+  assign w_cstride_o = d_cstride;
   assign win_base_o  = base_q;
   assign win_end_o   = win_end_q;
   assign done_o      = done_q;

@@ -1,8 +1,10 @@
 // tsr_kernel - top level of the tessera matmul kernel.
 //
 // An XRT-style kernel: AXI4-Lite control slave (ap_ctrl_hs/ap_ctrl_chain,
-// arguments, status and performance registers of hw/regmap.def) and one AXI4
-// master into device memory. One start runs a ring of descriptors; each GEMM
+// arguments, status and performance registers of hw/regmap.def) and AXI4
+// masters into device memory: m_axi_gmem (reads and writes, memory channel 0)
+// and NumPorts-1 read-only masters m_axi_gmemx (lane i-1 = port i on memory
+// channel i) that stream the rows of a striped W. One start runs a ring of descriptors; each GEMM
 // descriptor computes C[m][n] = sum_k A[m][k] * W[n][k] (int8 -> int32).
 module tsr_kernel #(
   parameter int Rows           = 16,    // MAC array rows
@@ -10,7 +12,9 @@ module tsr_kernel #(
   parameter int DataBytes      = 64,    // AXI4 data bus width in bytes
   parameter int KChunk         = 4096,  // reduction bytes buffered per row
   parameter int MaxOutstanding = 16,    // AXI4 bursts in flight per direction
-  parameter int DW             = DataBytes * 8  // AXI4 data bus width in bits
+  parameter int NumPorts       = 1,     // AXI4 read masters (memory channels), 1 .. Cols
+  parameter int DW             = DataBytes * 8, // AXI4 data bus width in bits
+  parameter int XP             = (NumPorts > 1) ? NumPorts - 1 : 1  // m_axi_gmemx lanes
 ) (
   input  logic                 clk_i,                  // clock
   input  logic                 rst_ni,                 // asynchronous reset, active low
@@ -59,14 +63,26 @@ module tsr_kernel #(
   output logic                 m_axi_gmem_wlast,       // W last
   input  logic                 m_axi_gmem_bvalid,      // B valid
   output logic                 m_axi_gmem_bready,      // B ready
-  input  logic [1:0]           m_axi_gmem_bresp        // B response
+  input  logic [1:0]           m_axi_gmem_bresp,       // B response
+  // read masters 1 .. NumPorts-1, lane i-1 = port i (tied off when NumPorts = 1)
+  output logic [XP-1:0]        m_axi_gmemx_arvalid,    // AR valid
+  input  logic [XP-1:0]        m_axi_gmemx_arready,    // AR ready
+  output logic [XP*64-1:0]     m_axi_gmemx_araddr,     // AR address
+  output logic [XP*8-1:0]      m_axi_gmemx_arlen,      // AR beats - 1
+  output logic [XP*3-1:0]      m_axi_gmemx_arsize,     // AR beat size
+  output logic [XP*2-1:0]      m_axi_gmemx_arburst,    // AR burst type (INCR)
+  input  logic [XP-1:0]        m_axi_gmemx_rvalid,     // R valid
+  output logic [XP-1:0]        m_axi_gmemx_rready,     // R ready
+  input  logic [XP*DW-1:0]     m_axi_gmemx_rdata,      // R data
+  input  logic [XP*2-1:0]      m_axi_gmemx_rresp,      // R response
+  input  logic [XP-1:0]        m_axi_gmemx_rlast       // R last
 );
   logic        core_start, core_done;
   logic [63:0] mem_base, mem_size, ring;
   logic [31:0] n_desc, status, err_index, desc_done;
   logic [63:0] cyc_busy, cyc_stall, bytes_rd, bytes_wr, macs;
 
-  tsr_ctrl_s_axi #(.Rows(Rows), .Cols(Cols)) u_ctrl (
+  tsr_ctrl_s_axi #(.Rows(Rows), .Cols(Cols), .NumPorts(NumPorts)) u_ctrl (
     .clk_i, .rst_ni,
     .awvalid_i (s_axi_control_awvalid), .awready_o (s_axi_control_awready),
     .awaddr_i  (s_axi_control_awaddr),
@@ -87,7 +103,7 @@ module tsr_kernel #(
   );
 
   tsr_core #(.Rows(Rows), .Cols(Cols), .DataBytes(DataBytes), .KChunk(KChunk),
-             .MaxOutstanding(MaxOutstanding)) u_core (
+             .MaxOutstanding(MaxOutstanding), .NumPorts(NumPorts)) u_core (
     .clk_i, .rst_ni,
     .start_i (core_start), .mem_base_i (mem_base), .mem_size_i (mem_size),
     .ring_i (ring), .n_desc_i (n_desc), .done_o (core_done),
@@ -104,6 +120,11 @@ module tsr_kernel #(
     .awsize_o (m_axi_gmem_awsize), .awburst_o (m_axi_gmem_awburst),
     .wvalid_o (m_axi_gmem_wvalid), .wready_i (m_axi_gmem_wready),
     .wdata_o (m_axi_gmem_wdata), .wstrb_o (m_axi_gmem_wstrb), .wlast_o (m_axi_gmem_wlast),
-    .bvalid_i (m_axi_gmem_bvalid), .bready_o (m_axi_gmem_bready), .bresp_i (m_axi_gmem_bresp)
+    .bvalid_i (m_axi_gmem_bvalid), .bready_o (m_axi_gmem_bready), .bresp_i (m_axi_gmem_bresp),
+    .xarvalid_o (m_axi_gmemx_arvalid), .xarready_i (m_axi_gmemx_arready),
+    .xaraddr_o (m_axi_gmemx_araddr), .xarlen_o (m_axi_gmemx_arlen),
+    .xarsize_o (m_axi_gmemx_arsize), .xarburst_o (m_axi_gmemx_arburst),
+    .xrvalid_i (m_axi_gmemx_rvalid), .xrready_o (m_axi_gmemx_rready),
+    .xrdata_i (m_axi_gmemx_rdata), .xrresp_i (m_axi_gmemx_rresp), .xrlast_i (m_axi_gmemx_rlast)
   );
 endmodule

@@ -12,6 +12,9 @@ module tsr_loader #(
   parameter int Cols      = 16,    // array columns
   parameter int DataBytes = 64,    // AXI data bus bytes
   parameter int KChunk    = 4096,  // k bytes per buffered chunk
+  parameter int NumPorts  = 1,     // read ports, power of two <= Cols
+  parameter int PortW     = (NumPorts > 1) ? $clog2(NumPorts) : 1,  // port index bits
+  parameter int SegW      = 16,    // bits of a port's segment counter
   parameter int SlotAw    = $clog2(KChunk / DataBytes),  // word address bits of a slot
   parameter int KcW       = $clog2(KChunk) + 1,          // holds KChunk
   parameter int MLenW     = $clog2(Rows + 1),            // holds Rows
@@ -31,6 +34,8 @@ module tsr_loader #(
   input  logic [63:0]       a_addr_i,      // A_ADDR
   input  logic [63:0]       w_addr_i,      // W_ADDR
   input  logic [63:0]       c_addr_i,      // C_ADDR
+  input  logic              striped_i,     // W striped over the NumPorts channels
+  input  logic [31:0]       w_cstride_i,   // W_CSTRIDE
   output logic              idle_o,        // every step issued
   // read segments
   output logic              seg_valid_o,   // a segment is offered
@@ -38,12 +43,13 @@ module tsr_loader #(
   output logic [63:0]       seg_addr_o,    // its first byte
   output logic [KcW-1:0]    seg_len_o,     // its bytes
   output logic              seg_w_o,       // 1: into a W bank, 0: into an A bank
+  output logic [PortW-1:0]  seg_port_o,    // read port (the row's memory channel)
   output logic [7:0]        seg_bank_o,    // the bank (operand row in the block)
   output logic [SlotAw:0]   seg_waddr_o,   // first buffer word (slot, word 0)
   // step records
   output logic              push_o,        // a step record is ready
   input  logic              full_i,        // the step queue is full
-  input  logic [31:0]       segs_issued_i, // segments issued so far
+  input  logic [NumPorts*SegW-1:0] segs_issued_i, // per port: segments issued so far
   output logic              st_sa_o,       // A slot of the step
   output logic              st_sw_o,       // W slot of the step
   output logic [KcW-1:0]    st_kc_o,       // k bytes of the step
@@ -53,7 +59,7 @@ module tsr_loader #(
   output logic [MLenW-1:0]  st_mlen_o,     // rows of the tile
   output logic [NLenW-1:0]  st_nlen_o,     // columns of the tile
   output logic [63:0]       st_c_o,        // address of the tile's C[0][0]
-  output logic [31:0]       st_target_o,   // segments that must have arrived
+  output logic [NumPorts*SegW-1:0] st_target_o,   // per port: segments that must have arrived
   // slot releases from the compute engine
   input  logic              release_i,     // a step's compute ends
   input  logic              rel_sa_i,      // its A slot
@@ -61,6 +67,7 @@ module tsr_loader #(
 );
   localparam int LogRows = $clog2(Rows);
   localparam int LogCols = $clog2(Cols);
+  localparam int LogPorts = $clog2(NumPorts);
 
   typedef enum logic [2:0] {LIdle, LPrep, LASeg, LWSeg, LPush, LNext} load_e;
 
@@ -70,6 +77,7 @@ module tsr_loader #(
   logic [63:0]      a_blk_q, a_blk_d, w_blk_q, w_blk_d;        // A + m0*LDA, W + n0*LDW
   logic [63:0]      c_row_q, c_row_d;                          // C + m0*LDC
   logic [63:0]      seg_ptr_q, seg_ptr_d;
+  logic [63:0]      grp_ptr_q, grp_ptr_d;                      // W: channel 0's row of the group
   logic [7:0]       seg_idx_q, seg_idx_d;
   logic             sa_q, sa_d, sw_q, sw_d;                    // slots of the step
   logic [MLenW-1:0] mlen_q, mlen_d;
@@ -104,7 +112,7 @@ module tsr_loader #(
     gemv_d = gemv_q;
     m0_d = m0_q; n0_d = n0_q; k0_d = k0_q;
     a_blk_d = a_blk_q; w_blk_d = w_blk_q; c_row_d = c_row_q;
-    seg_ptr_d = seg_ptr_q; seg_idx_d = seg_idx_q;
+    seg_ptr_d = seg_ptr_q; seg_idx_d = seg_idx_q; grp_ptr_d = grp_ptr_q;
     sa_d = sa_q; sw_d = sw_q;
     mlen_d = mlen_q; nlen_d = nlen_q; kc_d = kc_q; reuse_w_d = reuse_w_q;
     unique case (st_q)
@@ -130,6 +138,7 @@ module tsr_loader #(
             st_d = LASeg;
           end else if (!reuse_w) begin
             seg_ptr_d = w_blk_q + 64'(k0_q);
+            grp_ptr_d = w_blk_q + 64'(k0_q);
             st_d = LWSeg;
           end else begin
             st_d = LPush;
@@ -144,6 +153,7 @@ module tsr_loader #(
             seg_idx_d = '0;
             if (!reuse_w_q) begin
               seg_ptr_d = w_blk_q + 64'(k0_q);
+              grp_ptr_d = w_blk_q + 64'(k0_q);
               st_d = LWSeg;
             end else begin
               st_d = LPush;
@@ -153,7 +163,16 @@ module tsr_loader #(
       end
       LWSeg: begin
         if (seg_hs) begin
-          seg_ptr_d = seg_ptr_q + 64'(ldw_i);
+          // Striped: the next row lies in the next channel, or starts the
+          // next group of NumPorts rows in channel 0.
+          if (!striped_i) begin
+            seg_ptr_d = seg_ptr_q + 64'(ldw_i);
+          end else if (32'(seg_idx_q) % NumPorts == NumPorts - 1) begin
+            seg_ptr_d = grp_ptr_q + 64'(ldw_i);
+            grp_ptr_d = grp_ptr_q + 64'(ldw_i);
+          end else begin
+            seg_ptr_d = seg_ptr_q + 64'(w_cstride_i);
+          end
           seg_idx_d = seg_idx_q + 8'd1;
           if (seg_idx_q + 8'd1 == 8'(nlen_q)) st_d = LPush;
         end
@@ -167,7 +186,7 @@ module tsr_loader #(
           k0_d = '0;
           if (n0_q + 17'(Cols) < {1'b0, n_i}) begin
             n0_d = n0_q + 17'(Cols);
-            w_blk_d = w_blk_q + ({32'd0, ldw_i} << LogCols);
+            w_blk_d = w_blk_q + ({32'd0, ldw_i} << (striped_i ? LogCols - LogPorts : LogCols));
           end else begin
             n0_d = '0;
             w_blk_d = w_addr_i;
@@ -191,7 +210,7 @@ module tsr_loader #(
       gemv_q <= 1'b0;
       m0_q <= '0; n0_q <= '0; k0_q <= '0;
       a_blk_q <= '0; w_blk_q <= '0; c_row_q <= '0;
-      seg_ptr_q <= '0; seg_idx_q <= '0;
+      seg_ptr_q <= '0; seg_idx_q <= '0; grp_ptr_q <= '0;
       sa_q <= 1'b0; sw_q <= 1'b0;
       mlen_q <= '0; nlen_q <= '0; kc_q <= '0; reuse_w_q <= 1'b0;
     end else begin
@@ -199,7 +218,7 @@ module tsr_loader #(
       gemv_q <= gemv_d;
       m0_q <= m0_d; n0_q <= n0_d; k0_q <= k0_d;
       a_blk_q <= a_blk_d; w_blk_q <= w_blk_d; c_row_q <= c_row_d;
-      seg_ptr_q <= seg_ptr_d; seg_idx_q <= seg_idx_d;
+      seg_ptr_q <= seg_ptr_d; seg_idx_q <= seg_idx_d; grp_ptr_q <= grp_ptr_d;
       sa_q <= sa_d; sw_q <= sw_d;
       mlen_q <= mlen_d; nlen_q <= nlen_d; kc_q <= kc_d; reuse_w_q <= reuse_w_d;
     end
@@ -224,6 +243,8 @@ module tsr_loader #(
   assign seg_addr_o  = seg_ptr_q;
   assign seg_len_o   = kc_q;
   assign seg_w_o     = (st_q == LWSeg);
+  // W bank j is fed by port j % NumPorts when W is striped, else by port 0.
+  assign seg_port_o  = (st_q == LWSeg && striped_i) ? PortW'(32'(seg_idx_q) % NumPorts) : '0;
   assign seg_bank_o  = seg_idx_q;
   assign seg_waddr_o = {(st_q == LWSeg) ? sw_q : sa_q, {SlotAw{1'b0}}};
   assign push_o      = (st_q == LPush);

@@ -22,7 +22,7 @@ localparam logic [11:0] TSR_STAT_ERR_INDEX = 12'h044;  // index of the descripto
 localparam int TSR_STAT_ERR_INDEX_BITS = 32;
 localparam logic [11:0] TSR_STAT_DESC_DONE = 12'h048;  // descriptors completed in the last run
 localparam int TSR_STAT_DESC_DONE_BITS = 32;
-localparam logic [11:0] TSR_STAT_HW_INFO = 12'h04c;  // bits 7:0 array rows, 15:8 array cols, 23:16 interface version, 31:24 reserved
+localparam logic [11:0] TSR_STAT_HW_INFO = 12'h04c;  // bits 7:0 array rows, 15:8 array cols, 23:16 interface version, 31:24 read ports (memory channels)
 localparam int TSR_STAT_HW_INFO_BITS = 32;
 localparam logic [11:0] TSR_STAT_CYC_BUSY = 12'h050;  // cycles from ap_start to ap_done
 localparam int TSR_STAT_CYC_BUSY_BITS = 64;
@@ -56,18 +56,20 @@ localparam int TSR_DESC_W_ADDR = 40;  // byte offset, 64 bits: device address of
 localparam int TSR_DESC_W_ADDR_BITS = 64;
 localparam int TSR_DESC_C_ADDR = 48;  // byte offset, 64 bits: device address of C[0][0] (int32, M x N), 4-byte aligned
 localparam int TSR_DESC_C_ADDR_BITS = 64;
-localparam int TSR_DESC_RSVD = 56;  // byte offset, 64 bits: reserved, must be 0
-localparam int TSR_DESC_RSVD_BITS = 64;
+localparam int TSR_DESC_W_NCH = 56;  // byte offset, 32 bits: memory channels W is striped over: 0 or 1 = one (row n at W_ADDR + n*LDW), else the kernel's read ports P (row n at W_ADDR + (n % P)*W_CSTRIDE + (n / P)*LDW, read through port n % P)
+localparam int TSR_DESC_W_NCH_BITS = 32;
+localparam int TSR_DESC_W_CSTRIDE = 60;  // byte offset, 32 bits: bytes from the rows of one channel to those of the next; 0 unless W_NCH > 1
+localparam int TSR_DESC_W_CSTRIDE_BITS = 32;
 localparam int TSR_HW_DESC_BYTES = 64;  // size of one descriptor
 localparam int TSR_HW_MAX_DIM = 65535;  // largest M, N or K
-localparam int TSR_HW_IF_VERSION = 1;  // interface version reported in HW_INFO
+localparam int TSR_HW_IF_VERSION = 2;  // interface version reported in HW_INFO (2: W_NCH/W_CSTRIDE, read ports in HW_INFO)
 localparam int TSR_HW_CTRL_BYTES = 128;  // size of the AXI4-Lite register window
 localparam logic [31:0] TSR_OP_NOP = 32'd0;  // does nothing, counts as done
 localparam logic [31:0] TSR_OP_GEMM_I8_I32 = 32'd1;  // C[m][n] = sum_k A[m][k] * W[n][k]; int8 x int8 -> int32
 localparam logic [31:0] TSR_HWERR_OK = 32'd0;  // no error
-localparam logic [31:0] TSR_HWERR_BAD_OPCODE = 32'd1;  // unknown opcode or non-zero reserved field
+localparam logic [31:0] TSR_HWERR_BAD_OPCODE = 32'd1;  // unknown opcode or non-zero FLAGS
 localparam logic [31:0] TSR_HWERR_BAD_DIMS = 32'd2;  // M, N or K is 0 or above MAX_DIM
-localparam logic [31:0] TSR_HWERR_BAD_STRIDE = 32'd3;  // LDA < K, LDW < K, LDC < 4*N or LDC/C_ADDR not 4-byte aligned
+localparam logic [31:0] TSR_HWERR_BAD_STRIDE = 32'd3;  // LDA < K, LDW < K, LDC < 4*N, LDC/C_ADDR not 4-byte aligned, W_NCH not 0, 1 or the read ports, or W_CSTRIDE != 0 with one channel
 localparam logic [31:0] TSR_HWERR_ADDR_RANGE = 32'd4;  // an operand reaches outside [MEM_BASE, MEM_BASE+MEM_SIZE)
 localparam logic [31:0] TSR_HWERR_RING_RANGE = 32'd5;  // the ring (RING + N_DESC*64) reaches outside the window, or RING is not 64-byte aligned
 localparam logic [31:0] TSR_HWERR_AXI_ERROR = 32'd6;  // the memory returned SLVERR/DECERR

@@ -25,6 +25,7 @@ static tsr_sim_api_t api;
 static const char *g_wave, *g_cov;
 static uint64_t g_wave_start, g_wave_end;
 static int g_wave_depth, g_quick, g_cycles;
+static uint32_t g_ports = 1; /* read ports of the library (HW_INFO 31:24) */
 static uint64_t g_seed = 1;
 static int g_fail;
 static const char *g_test;
@@ -90,6 +91,7 @@ static int dev_open(dev_t_ *d, uint64_t mem_size) {
   int rc = api.create(&d->cfg, &d->sim, err, sizeof err);
   CHECK(rc == 0 && d->sim, "create: %d %s", rc, err);
   api.geometry(d->sim, &d->rows, &d->cols);
+  if (api.ports) g_ports = api.ports(d->sim);
   d->next = d->cfg.mem_base + 4096;
   return 0;
 }
@@ -176,6 +178,7 @@ typedef struct {
   int8_t *ha, *hw;
   int32_t *ref;
   size_t c_bytes;
+  uint32_t nch, cstride; /* W layout (W_NCH, W_CSTRIDE) */
 } prob_t;
 
 static void ref_gemm(prob_t *p) {
@@ -226,8 +229,25 @@ static void prob_free(prob_t *p) {
 
 static void prob_desc(const prob_t *p, uint8_t out[64]) {
   tsr_desc_t dsc = {TSR_OP_GEMM_I8_I32, 0, p->m, p->n, p->k, p->lda, p->ldw, p->ldc,
-                    p->a, p->w, p->c, 0};
+                    p->a, p->w, p->c, p->nch, p->cstride};
   tsr_desc_pack(out, &dsc);
+}
+
+/* Places W again, striped over nch channels (hw/regmap.def W_NCH): row n at
+ * W + (n % nch) * S + (n / nch) * LDW, with S the bytes of the fullest
+ * channel plus a random skew; the classic copy stays where it was. */
+static int prob_stripe(dev_t_ *d, prob_t *p, uint32_t nch) {
+  uint32_t per = (p->n + nch - 1) / nch;
+  uint32_t stride = per * p->ldw + rnd_range(0, 200);
+  uint64_t base = dev_alloc(d, (uint64_t)nch * stride, 1, rnd_range(0, 63));
+  for (uint32_t r = 0; r < p->n; r++) {
+    uint64_t a = base + (uint64_t)(r % nch) * stride + (uint64_t)(r / nch) * p->ldw;
+    CHECK(api.mem_write(d->sim, a, p->hw + (size_t)r * p->ldw, p->k) == 0, "mem_write W row");
+  }
+  p->w = base;
+  p->nch = nch;
+  p->cstride = stride;
+  return 0;
 }
 
 /* C equals the reference, guard bytes (before, after, row padding) intact. */
@@ -303,6 +323,8 @@ static int t_regs(void) {
   if (rd32(&d, TSR_STAT_HW_INFO, &v)) return -1;
   CHECK((v & 0xff) == d.rows && (v >> 8 & 0xff) == d.cols && (v >> 16 & 0xff) == TSR_HW_IF_VERSION,
         "HW_INFO 0x%08x", v);
+  CHECK((v >> 24) == g_ports && (!api.ports || api.ports(d.sim) == g_ports),
+        "HW_INFO ports %u, library %u", v >> 24, api.ports ? api.ports(d.sim) : 0);
   if (rd32(&d, TSR_REG_CTRL, &v)) return -1;
   CHECK(v == TSR_CTRL_AP_IDLE, "CTRL after reset 0x%x", v);
   uint32_t offs[] = {TSR_ARG_MEM_BASE, TSR_ARG_MEM_BASE + 4, TSR_ARG_MEM_SIZE, TSR_ARG_MEM_SIZE + 4,
@@ -512,14 +534,16 @@ static int t_refuse(void) {
   if (prob_make(&d, &good, 9, 9, 9, 1, 0) || prob_make(&d, &bad, 4, 4, 4, 0, 0)) return -1;
   typedef struct { const char *what; uint32_t want; tsr_desc_t d; } rcase_t;
   tsr_desc_t ok = {TSR_OP_GEMM_I8_I32, 0, bad.m, bad.n, bad.k, bad.lda, bad.ldw, bad.ldc,
-                   bad.a, bad.w, bad.c, 0};
-  rcase_t rc[24];
+                   bad.a, bad.w, bad.c, 0, 0};
+  rcase_t rc[32];
   int n = 0;
 #define ADD(w, code, field, val) \
   do { rc[n].what = w; rc[n].want = code; rc[n].d = ok; rc[n].d.field = val; n++; } while (0)
   ADD("opcode 7", TSR_HWERR_BAD_OPCODE, opcode, 7);
   ADD("flags", TSR_HWERR_BAD_OPCODE, flags, 1);
-  ADD("reserved", TSR_HWERR_BAD_OPCODE, rsvd, 1);
+  ADD("W_NCH 3", TSR_HWERR_BAD_STRIDE, w_nch, 3);
+  ADD("W_NCH above the ports", TSR_HWERR_BAD_STRIDE, w_nch, 2 * g_ports);
+  ADD("W_CSTRIDE with one channel", TSR_HWERR_BAD_STRIDE, w_cstride, 64);
   ADD("M = 0", TSR_HWERR_BAD_DIMS, m, 0);
   ADD("N = 0", TSR_HWERR_BAD_DIMS, n, 0);
   ADD("K = 0", TSR_HWERR_BAD_DIMS, k, 0);
@@ -537,6 +561,10 @@ static int t_refuse(void) {
   ADD("C above", TSR_HWERR_ADDR_RANGE, c_addr, wbase + wsize - 4 * bad.n);
   ADD("A wraps", TSR_HWERR_ADDR_RANGE, a_addr, UINT64_MAX - 8);
   ADD("LDA huge", TSR_HWERR_ADDR_RANGE, lda, 0x80000000u);
+  if (g_ports > 1) { /* the last channel's rows past the window */
+    ADD("W striped above", TSR_HWERR_ADDR_RANGE, w_nch, g_ports);
+    rc[n - 1].d.w_cstride = (uint32_t)(wsize / (g_ports - 1));
+  }
   size_t snap_n = 3 << 20;
   uint8_t *before = malloc(snap_n), *after = malloc(snap_n);
   for (int i = 0; i < n; i++) {
@@ -627,6 +655,43 @@ static int t_instances(void) {
   return 0;
 }
 
+/* W striped over the read ports: random shapes, strides and skews, GEMV and
+ * GEMM, classic and striped descriptors in one ring, channels with
+ * different latencies and bandwidths. */
+static int t_striped(void) {
+  if (g_ports < 2) {
+    printf("SKIP case striped: the library has one read port (build with RTL_PORTS=2 or more)\n");
+    return 0;
+  }
+  int rounds = g_quick ? 2 : 4, per = g_quick ? 6 : 10;
+  for (int round = 0; round < rounds; round++) {
+    dev_t_ d;
+    memset(&d, 0, sizeof d);
+    api.config_init(&d.cfg);
+    d.cfg.mem_size = 64 << 20;
+    for (uint32_t p = 1; p < g_ports; p++) {
+      d.cfg.ch_latency[p] = round % 2 ? 1 + (uint32_t)rnd_range(0, 120) : 0;
+      d.cfg.ch_bytes_per_cycle[p] = round % 2 ? 16 * (uint32_t)rnd_range(1, 4) : 0;
+    }
+    char err[256] = "";
+    CHECK(api.create(&d.cfg, &d.sim, err, sizeof err) == 0, "create: %s", err);
+    api.geometry(d.sim, &d.rows, &d.cols);
+    d.next = d.cfg.mem_base + 4096;
+    prob_t p[10];
+    for (int i = 0; i < per; i++) {
+      uint32_t m = rnd_range(1, i % 2 ? 3 : 70), n = rnd_range(1, 3 * d.cols),
+               k = rnd_range(1, i % 3 == 0 ? 5000 : 200);
+      if (prob_make(&d, &p[i], m, n, k, (int)(rnd() & 1), 0)) return -1;
+      if (i % 4 != 3 && prob_stripe(&d, &p[i], g_ports)) return -1;
+    }
+    int rc = run_probs(&d, p, per, NULL);
+    for (int i = 0; i < per; i++) prob_free(&p[i]);
+    api.destroy(d.sim);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 /* Performance: MAC utilization at 256^3, GEMV 1 x 4096 x 4096 vs memory. */
 static int t_perf(void) {
   dev_t_ d;
@@ -651,6 +716,18 @@ static int t_perf(void) {
          r.wall_cycles / r.wall_s);
   CHECK(frac >= 0.85, "GEMV bandwidth fraction %.3f below 0.85", frac);
   prob_free(&p);
+  if (g_ports > 1) { /* W striped: the channels' bandwidths add up */
+    d.next = d.cfg.mem_base + 4096;
+    if (prob_make(&d, &p, 1, nk, nk, 0, 0) || prob_stripe(&d, &p, g_ports) ||
+        run_probs(&d, &p, 1, &r))
+      return -1;
+    frac = bytes / ((double)r.busy * d.cfg.mem_bytes_per_cycle * g_ports);
+    printf("REPORT rtl gemv 1x%ux%u, W striped over %u ports (%ux%u array): %" PRIu64
+           " cycles, %.1f%% of modeled bandwidth (%u x %u B/cycle)\n", nk, nk, g_ports, d.rows,
+           d.cols, r.busy, 100 * frac, g_ports, d.cfg.mem_bytes_per_cycle);
+    CHECK(frac >= 0.80, "striped GEMV bandwidth fraction %.3f below 0.80", frac);
+    prob_free(&p);
+  }
   dev_close(&d);
   return 0;
 }
@@ -709,6 +786,7 @@ static const struct { const char *name; int (*fn)(void); int quick; } tests[] = 
     {"gemm_small", t_gemm_small, 1}, {"gemm_edges", t_gemm_edges, 1},
     {"gemm_random", t_gemm_random, 1}, {"many_tiles", t_many_tiles, 1},
     {"refuse", t_refuse, 1},       {"instances", t_instances, 1},
+    {"striped", t_striped, 1},
     {"perf", t_perf, 0},
 };
 

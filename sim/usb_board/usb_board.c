@@ -279,7 +279,7 @@ static uint32_t reg_read(tsr_usb_board_t *b, uint32_t off) {
     case TSR_STAT_DESC_DONE: v = r ? r->desc_done : 0; break;
     case TSR_STAT_HW_INFO:
       v = (b->caps.array_rows & 0xff) | (b->caps.array_cols & 0xff) << 8 |
-          (uint32_t)TSR_HW_IF_VERSION << 16;
+          (uint32_t)TSR_HW_IF_VERSION << 16 | 1u << 24; /* one read port */
       break;
 #define R64(name, field)                                                        \
   case TSR_STAT_##name: v = r ? (uint32_t)r->field : 0; break;                  \

@@ -629,7 +629,8 @@ static uint64_t win_hi(const ring_run_t *r) { return r->buf.addr + r->size - r->
 static void m_opcode(tsr_desc_t *d, const ring_run_t *r) { d->opcode = 7; }
 static void m_opcode_hi(tsr_desc_t *d, const ring_run_t *r) { d->opcode = 0x80000001u; }
 static void m_flags(tsr_desc_t *d, const ring_run_t *r) { d->flags = 1; }
-static void m_rsvd(tsr_desc_t *d, const ring_run_t *r) { d->rsvd = 1ull << 63; }
+static void m_nch(tsr_desc_t *d, const ring_run_t *r) { d->w_nch = 64; } /* above any ports */
+static void m_cstride(tsr_desc_t *d, const ring_run_t *r) { d->w_cstride = 1u << 31; }
 static void m_m0(tsr_desc_t *d, const ring_run_t *r) { d->m = 0; }
 static void m_n0(tsr_desc_t *d, const ring_run_t *r) { d->n = 0; }
 static void m_k0(tsr_desc_t *d, const ring_run_t *r) { d->k = 0; }
@@ -663,7 +664,8 @@ static void test_refusals(void) {
       {"unknown opcode", m_opcode, TSR_HWERR_BAD_OPCODE},
       {"opcode high bit", m_opcode_hi, TSR_HWERR_BAD_OPCODE},
       {"flags != 0", m_flags, TSR_HWERR_BAD_OPCODE},
-      {"rsvd != 0", m_rsvd, TSR_HWERR_BAD_OPCODE},
+      {"W_NCH above the ports", m_nch, TSR_HWERR_BAD_STRIDE},
+      {"W_CSTRIDE with one channel", m_cstride, TSR_HWERR_BAD_STRIDE},
       {"M = 0", m_m0, TSR_HWERR_BAD_DIMS},
       {"N = 0", m_n0, TSR_HWERR_BAD_DIMS},
       {"K = 0", m_k0, TSR_HWERR_BAD_DIMS},

@@ -361,7 +361,14 @@ static const char *mutate_one(const input_t *in, tsr_desc_t *d) {
     case 1: d->opcode = 0xffffffffu; return "opcode ~0";
     case 2: d->opcode = (uint32_t)rnd(); return "opcode random";
     case 3: d->flags = 1u << below(32); return "a FLAGS bit";
-    case 4: d->rsvd = 1ull << below(64); return "a RSVD bit";
+    case 4:
+      if (chance(50)) {
+        d->w_nch = 2 + (uint32_t)below(64);
+        return "W_NCH above one port";
+      }
+      d->w_nch = (uint32_t)below(2);
+      d->w_cstride = 1u << below(32);
+      return "W_CSTRIDE with one channel";
     case 5: d->m = 0; return "M = 0";
     case 6: d->n = 0; return "N = 0";
     case 7: d->k = 0; return "K = 0";
@@ -429,7 +436,8 @@ static void gen_random_desc(const input_t *in, uint8_t out[TSR_HW_DESC_BYTES]) {
     else if (p == 1) *addr[i] = in->wb + below(in->ws + 1);
     else *addr[i] = in->wb + (below(in->ws / 4 + 1) * 4);
   }
-  d.rsvd = chance(90) ? 0 : rnd();
+  d.w_nch = chance(90) ? 0 : (uint32_t)rnd();
+  d.w_cstride = chance(90) ? 0 : (uint32_t)rnd();
   if (d.opcode == TSR_OP_GEMM_I8_I32 && tsr_km_check_desc(&d, in->wb, in->ws) == TSR_HWERR_OK &&
       c_over_operands(&d))
     d.c_addr = 2; /* refused (BAD_STRIDE) instead */
@@ -889,8 +897,8 @@ static void dump_input(uint64_t seed, uint64_t idx, const input_t *in) {
     tsr_desc_t d;
     tsr_desc_unpack(&d, in->slot[j]);
     printf("    [%d] op %u flags 0x%x M %u N %u K %u LDA %u LDW %u LDC %u A 0x%" PRIx64
-           " W 0x%" PRIx64 " C 0x%" PRIx64 " rsvd 0x%" PRIx64 "\n", j, d.opcode, d.flags, d.m,
-           d.n, d.k, d.lda, d.ldw, d.ldc, d.a_addr, d.w_addr, d.c_addr, d.rsvd);
+           " W 0x%" PRIx64 " C 0x%" PRIx64 " w_nch %u w_cstride %u\n", j, d.opcode, d.flags, d.m,
+           d.n, d.k, d.lda, d.ldw, d.ldc, d.a_addr, d.w_addr, d.c_addr, d.w_nch, d.w_cstride);
   }
   if (in->n_noise) {
     printf("    register writes first:");
@@ -1079,7 +1087,7 @@ static void hand_input(input_t *in, const char *cls, int inst, uint64_t wb, uint
 
 static void put_gemm(input_t *in, int j, uint32_t m, uint32_t n, uint32_t k, uint64_t a,
                      uint64_t w, uint64_t c) {
-  tsr_desc_t d = {TSR_OP_GEMM_I8_I32, 0, m, n, k, k, k, 4 * n, a, w, c, 0};
+  tsr_desc_t d = {TSR_OP_GEMM_I8_I32, 0, m, n, k, k, k, 4 * n, a, w, c, 0, 0};
   tsr_desc_pack(in->slot[j], &d);
   if (j >= in->n_slots) in->n_slots = j + 1;
 }

@@ -297,7 +297,7 @@ out:
 typedef void (*mutate_fn)(tsr_desc_t *d, uint64_t base);
 static void m_opcode(tsr_desc_t *d, uint64_t b) { d->opcode = 7; }
 static void m_flags(tsr_desc_t *d, uint64_t b) { d->flags = 1; }
-static void m_rsvd(tsr_desc_t *d, uint64_t b) { d->rsvd = 1ull << 40; }
+static void m_nch(tsr_desc_t *d, uint64_t b) { d->w_nch = 2; } /* one read port */
 static void m_nop_flags(tsr_desc_t *d, uint64_t b) { d->opcode = TSR_OP_NOP, d->flags = 2; }
 static void m_m0(tsr_desc_t *d, uint64_t b) { d->m = 0; }
 static void m_n0(tsr_desc_t *d, uint64_t b) { d->n = 0; }
@@ -321,7 +321,7 @@ static void test_refusals(void) {
   static const struct { mutate_fn f; uint32_t want; const char *what; } cases[] = {
       {m_opcode, TSR_HWERR_BAD_OPCODE, "opcode"},
       {m_flags, TSR_HWERR_BAD_OPCODE, "flags"},
-      {m_rsvd, TSR_HWERR_BAD_OPCODE, "rsvd"},
+      {m_nch, TSR_HWERR_BAD_STRIDE, "W_NCH 2"},
       {m_nop_flags, TSR_HWERR_BAD_OPCODE, "nop flags"},
       {m_m0, TSR_HWERR_BAD_DIMS, "m=0"},
       {m_n0, TSR_HWERR_BAD_DIMS, "n=0"},
