@@ -125,6 +125,21 @@ static void script_head(FILE *f, const char *name, const char *title, const char
           name, name, name, name, title, caption);
 }
 
+/* The y axis: logarithmic when the values span more than 20x (then the
+ * label says so), else linear from 0. */
+static void y_axis(FILE *f, const char *label, double lo, double hi) {
+  if (lo > 0 && hi / lo > 20)
+    fprintf(f, "set ylabel \"%s (log scale)\"\nset logscale y\n", label);
+  else
+    fprintf(f, "set ylabel \"%s\"\nset yrange [0:*]\n", label);
+}
+
+static void widen(double v, double *lo, double *hi) {
+  if (!(v > 0)) return;
+  if (*lo == 0 || v < *lo) *lo = v;
+  if (v > *hi) *hi = v;
+}
+
 static void dat_num(FILE *f, double v) {
   if (v > 0) fprintf(f, " %.6g", v);
   else fprintf(f, " NaN");
@@ -144,14 +159,23 @@ bool cli_plot_models(const char *dir, const cli_plot_model_t *m, int n, const ch
   fprintf(f, "# model params_millions fp32_prefill fp32_decode int8_prefill int8_decode "
              "peer_prefill peer_decode (tokens/s; NaN: not measured)\n");
   double lo = 0, hi = 0;
+  /* in order of size, so the lines run left to right */
+  int order[64];
+  if (n > 64) n = 64;
   for (int i = 0; i < n; i++) {
+    int j = i;
+    for (; j > 0 && m[order[j - 1]].params_m > m[i].params_m; j--) order[j] = order[j - 1];
+    order[j] = i;
+  }
+  for (int o = 0; o < n; o++) {
+    const int i = order[o];
     fprintf(f, "%s %.6g", m[i].preset, m[i].params_m);
     dat_num(f, m[i].prefill_tps[0]), dat_num(f, m[i].decode_tps[0]);
     dat_num(f, m[i].prefill_tps[1]), dat_num(f, m[i].decode_tps[1]);
     dat_num(f, m[i].peer_prefill_tps), dat_num(f, m[i].peer_decode_tps);
     fprintf(f, "\n");
-    if (!i || m[i].params_m < lo) lo = m[i].params_m;
-    if (!i || m[i].params_m > hi) hi = m[i].params_m;
+    if (!o || m[i].params_m < lo) lo = m[i].params_m;
+    if (!o || m[i].params_m > hi) hi = m[i].params_m;
   }
   if (!plot_close(f, dir, "models.dat")) return false;
   if (!(f = plot_open(dir, "models.gp"))) return false;
@@ -187,6 +211,7 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
              "(gnuplot index), columns depth tokens_s\n");
   char titles[32][64];
   int blocks = 0, max_depth = 0;
+  double ylo = 0, yhi = 0;
   for (int i = 0; i < n; i++)
     for (int p = 0; p < 2; p++) {
       if (!m[i].n_depths || !m[i].depth_tps[p] || blocks == 32) continue;
@@ -194,6 +219,7 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
       for (int d = 0; d < m[i].n_depths; d++) {
         fprintf(f, "%d", m[i].depths[d]);
         dat_num(f, m[i].depth_tps[p][d]);
+        widen(m[i].depth_tps[p][d], &ylo, &yhi);
         fprintf(f, "\n");
         if (m[i].depths[d] > max_depth) max_depth = m[i].depths[d];
       }
@@ -206,10 +232,9 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
   script_head(f, "depth", "decode tokens/s vs context depth", caption);
   fprintf(f,
           "set xlabel \"context depth (position of the first timed decode step, tokens)\"\n"
-          "set ylabel \"decode tokens/s (log scale)\"\n"
-          "set logscale y\n"
           "set xrange [-%d:%d]\n",
           max_depth / 20 + 1, max_depth + max_depth / 20 + 1);
+  y_axis(f, "decode tokens/s", ylo, yhi);
   fprintf(f, "plot ");
   for (int b = 0; b < blocks; b++)
     fprintf(f, "%s\"depth.dat\" index %d using 1:2 with linespoints lw 2 pt %d title \"%s\"",
@@ -229,6 +254,7 @@ bool cli_plot_batches(const char *dir, const cli_plot_model_t *m, int n, const c
              "device_auto_projected (NaN: not run)\n");
   int blocks = 0, max_b = 1;
   bool any_all = false, any_auto = false;
+  double ylo = 0, yhi = 0;
   char names[16][48];
   for (int i = 0; i < n && blocks < 16; i++) {
     if (!m[i].n_batches) continue;
@@ -238,6 +264,9 @@ bool cli_plot_batches(const char *dir, const cli_plot_model_t *m, int n, const c
       dat_num(f, m[i].batch_cpu_tps[b]);
       dat_num(f, m[i].batch_all_tps ? m[i].batch_all_tps[b] : 0);
       dat_num(f, m[i].batch_auto_tps ? m[i].batch_auto_tps[b] : 0);
+      widen(m[i].batch_cpu_tps[b], &ylo, &yhi);
+      if (m[i].batch_all_tps) widen(m[i].batch_all_tps[b], &ylo, &yhi);
+      if (m[i].batch_auto_tps) widen(m[i].batch_auto_tps[b], &ylo, &yhi);
       fprintf(f, "\n");
       if (m[i].batches[b] > max_b) max_b = m[i].batches[b];
     }
@@ -251,11 +280,10 @@ bool cli_plot_batches(const char *dir, const cli_plot_model_t *m, int n, const c
               caption);
   fprintf(f,
           "set xlabel \"batch size B (sequences decoded together, log scale)\"\n"
-          "set ylabel \"aggregate decode tokens/s (log scale)\"\n"
-          "set logscale xy 2\n"
-          "set logscale y 10\n"
+          "set logscale x 2\n"
           "set xrange [0.7:%d]\n",
           (int)(max_b * 1.4) + 1);
+  y_axis(f, "aggregate decode tokens/s", ylo, yhi);
   char dev[128];
   gp_title(dev, sizeof dev, device ? device : "device");
   fprintf(f, "plot ");
