@@ -147,8 +147,11 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(v, "fp32")) opts->precision = TSR_PRECISION_FP32;
     else if (!strcmp(v, "int8")) opts->precision = TSR_PRECISION_INT8;
+    else if (!strcmp(v, "fp16")) opts->precision = TSR_PRECISION_FP16;
+    else if (!strcmp(v, "bf16")) opts->precision = TSR_PRECISION_BF16;
     else {
-      fprintf(stderr, "tessera %s: --precision: '%s' is not fp32 or int8\n", cmd, v);
+      fprintf(stderr, "tessera %s: --precision: '%s' is not fp32, int8, fp16 or bf16\n", cmd,
+              v);
       return -1;
     }
   } else if (!strcmp(a, "--kv")) {

@@ -32,7 +32,8 @@ static void usage(FILE *f) {
           "      --temp T           temperature, 0 = greedy (default 1.0)\n"
           "      --topp P           nucleus sampling threshold in [0,1] (default 0.9)\n"
           "      --seed S           RNG seed (default: from the clock; printed)\n"
-          "      --precision P      fp32 | int8 (W8A8 dynamic quantization) (default fp32)\n"
+          "      --precision P      fp32 | int8 (W8A8 dynamic quantization) | fp16 | bf16\n"
+          "                         (half weights, fp32 sums; CPU only) (default fp32)\n"
           CLI_ATTN_HELP
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
@@ -163,7 +164,7 @@ static int run_batch(tsr_model_t *model, const tsr_session_options_t *sopts,
           " generated in %.3f s (%.1f tok/s), %" PRId64 " passes, %s, seed %" PRIu64 "\n",
           n, total_prompt, prefill_s, prefill_s > 0 ? (double)total_prompt / prefill_s : 0.0,
           generated, decode_s, decode_s > 0 ? (double)generated / decode_s : 0.0, passes,
-          sopts->precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
+          tsr_precision_name(sopts->precision), seed);
   if (stats) tsr_engine_print_stats(en, stderr);
   rc = 0;
 done:
@@ -335,7 +336,7 @@ int tsr_cmd_run(int argc, char **argv) {
           " generated in %.3f s (%.1f tok/s), %s, seed %" PRIu64 "\n",
           n_prompt, prefill_s, prefill_s > 0 ? (double)n_prompt / prefill_s : 0.0, generated,
           decode_s, decode_s > 0 ? (double)generated / decode_s : 0.0,
-          sopts.precision == TSR_PRECISION_INT8 ? "int8" : "fp32", seed);
+          tsr_precision_name(sopts.precision), seed);
   if (copts.devices && strstr(copts.devices, "sim"))
     fprintf(stderr, "tessera run: these rates are host wall time and include the RTL "
                     "simulation; device time is in cycles (--stats)\n");

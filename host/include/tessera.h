@@ -273,7 +273,14 @@ typedef struct tsr_session tsr_session_t;
 typedef enum tsr_precision {
   TSR_PRECISION_FP32 = 0, /* fp32 matmuls through BLAS                      */
   TSR_PRECISION_INT8 = 1, /* W8A8: int8 weights per channel, int8 acts per row */
+  TSR_PRECISION_FP16 = 2, /* fp16 weights (the file's, or converted), fp32
+                             activations and sums; CPU only                */
+  TSR_PRECISION_BF16 = 3, /* bf16 weights and activations (rounded to nearest
+                             even per matmul), fp32 sums; CPU only         */
 } tsr_precision_t;
+
+/* "fp32", "int8", "fp16", "bf16" (the --precision spellings), or "?". */
+TSR_API const char *tsr_precision_name(tsr_precision_t p);
 
 /* Storage of the reference attention's KV cache (TSR_ATTN_REFERENCE). */
 typedef enum tsr_kv_type {

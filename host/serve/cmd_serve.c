@@ -49,7 +49,7 @@ static void usage(FILE *f) {
           "      --max-seq N        context per sequence (default: the model's)\n"
           "      --max-body BYTES   largest request body (default 1048576)\n"
           "      --max-connections N  (default 256)\n"
-          "      --precision P      int8 (default: bit-exact on every device) | fp32\n"
+          "      --precision P      int8 (default: bit-exact on every device) | fp32 | fp16 | bf16\n"
           CLI_ATTN_HELP
           "  -t, --threads N        CPU threads (default: all)\n"
           "%s"
@@ -430,7 +430,7 @@ int tsr_cmd_serve(int argc, char **argv) {
   fprintf(stderr, "tessera serve: devices %s (fixed %d, pool %d of which %d active), %s\n",
           devices, __builtin_popcountll(s->fixed_mask), pool_n,
           __builtin_popcountll(s->pool_active),
-          sopts.precision == TSR_PRECISION_INT8 ? "int8" : "fp32");
+          tsr_precision_name(sopts.precision));
   if (s->open_mode)
     fprintf(stderr, "tessera serve: no --tenants file: open mode, one tenant 'default' "
                     "(standard class), no API keys asked\n");

@@ -235,6 +235,10 @@ static tsr_status_t alloc_scratch(tsr_exec_t *o) {
   o->qa = malloc(R * widest_in);
   o->qa_scale = malloc(sizeof(float) * R);
   o->acc = malloc(sizeof(int32_t) * R * widest_out);
+  if (o->precision == TSR_PRECISION_BF16) {
+    o->xh = malloc(sizeof(uint16_t) * R * widest_in);
+    if (!o->xh) return TSR_ERR(RESOURCE_EXHAUSTED, "engine: bf16 activations for %zu rows", R);
+  }
   if (!o->x || !o->xb || !o->xb2 || !o->hb || !o->hb2 || !o->q || !o->k || !o->v || !o->att ||
       !o->logits || !o->logit_rows || !o->attn_block_entry ||
       !o->attn_block_row || !o->pass || !o->qa || !o->qa_scale ||
@@ -254,6 +258,8 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
   o->ctx = ctx;
   o->model = model;
   o->precision = opts->precision;
+  o->hkern = tsr_hgemm_kernel(ctx->isa, opts->precision == TSR_PRECISION_BF16 ? TSR_HALF_BF16
+                                                                             : TSR_HALF_F16);
   o->kv_type = opts->kv_type;
   o->split = ctx->opts.split;
   o->max_seq = opts->max_seq ? opts->max_seq : c->seq_len;
@@ -387,6 +393,7 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   free(o->qa);
   free(o->qa_scale);
   free(o->acc);
+  free(o->xh);
   pthread_mutex_destroy(&o->lock);
   free(o);
 }
@@ -496,8 +503,8 @@ static tsr_status_t launch_complete(tsr_exec_t *o, launch_ctx_t *lc, tsr_status_
 
 /* ---- matmul groups ---- */
 
-/* One member on the host, rows [r0, r0+rows): int8 kernel (or fp32 BLAS)
- * and dequantization. */
+/* One member on the host, rows [r0, r0+rows): int8 kernel and
+ * dequantization, the fp16/bf16 kernels, or fp32 BLAS. */
 static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t r0, int32_t rows,
                         const float *x, float *out, const tsr_offload_scratch_t *sc) {
   const tsr_linear_t *w = n->w;
@@ -507,6 +514,14 @@ static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t r0, int32_t 
               (size_t)w->cols, &w->q, rows);
     tsr_dequantize(out + (size_t)r0 * w->rows, (size_t)w->rows, acc, (size_t)w->rows,
                    sc->qa_scale + r0, w->q.scale, rows, w->rows);
+  } else if (o->precision == TSR_PRECISION_FP16) {
+    tsr_hgemm_f16(o->ctx->pool, o->hkern, out + (size_t)r0 * w->rows, (size_t)w->rows,
+                  x + (size_t)r0 * w->cols, (size_t)w->cols, w->f16, (size_t)w->cols, rows,
+                  w->rows, w->cols);
+  } else if (o->precision == TSR_PRECISION_BF16) {
+    tsr_hgemm_bf16(o->ctx->pool, o->hkern, out + (size_t)r0 * w->rows, (size_t)w->rows,
+                   sc->xh + (size_t)r0 * w->cols, (size_t)w->cols, w->bf16, (size_t)w->cols,
+                   rows, w->rows, w->cols);
   } else if (rows == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, w->rows, w->cols, 1.0f, w->f32, w->cols,
                 x + (size_t)r0 * w->cols, 1, 0.0f, out + (size_t)r0 * w->rows, 1);
@@ -681,6 +696,8 @@ tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_plan_t *plan, int32_
   const tsr_node_t *lead = &g->nodes[leader];
   const int cnt = lead->group_size;
   if (o->precision == TSR_PRECISION_INT8) tsr_quantize_rows(sc->qa, sc->qa_scale, x, R, lead->k);
+  if (o->precision == TSR_PRECISION_BF16)
+    tsr_bf16_round(o->hkern, sc->xh, x, (size_t)R * (size_t)lead->k);
   for (int j = 0; j < cnt; j++) {
     o->roles[g->nodes[leader + j].role].calls++;
     o->roles[g->nodes[leader + j].role].rows += (uint64_t)R;

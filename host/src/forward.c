@@ -52,6 +52,16 @@ static tsr_task_fn attn_fn(tsr_isa_t isa);
 typedef void (*f16_row_fn)(float *dst, const uint16_t *src, int32_t n);
 static f16_row_fn f16_row(tsr_isa_t isa);
 
+const char *tsr_precision_name(tsr_precision_t p) {
+  switch (p) {
+    case TSR_PRECISION_FP32: return "fp32";
+    case TSR_PRECISION_INT8: return "int8";
+    case TSR_PRECISION_FP16: return "fp16";
+    case TSR_PRECISION_BF16: return "bf16";
+  }
+  return "?";
+}
+
 static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_t *opts,
                                   int32_t default_rows, tsr_engine_t **out) {
   if (!out) return TSR_ERR(INVALID_ARGUMENT, "engine: out pointer is NULL");
@@ -61,7 +71,8 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   if (opts) o = *opts;
   else tsr_session_options_init(&o);
   const tsr_model_config_t *c = &model->cfg;
-  if (o.precision != TSR_PRECISION_FP32 && o.precision != TSR_PRECISION_INT8)
+  if (o.precision != TSR_PRECISION_FP32 && o.precision != TSR_PRECISION_INT8 &&
+      o.precision != TSR_PRECISION_FP16 && o.precision != TSR_PRECISION_BF16)
     return TSR_ERR(INVALID_ARGUMENT, "precision: unknown value %d", (int)o.precision);
   if (o.max_seq < 0 || o.max_seq > c->seq_len)
     return TSR_ERR(OUT_OF_RANGE, "max_seq %d outside [0, seq_len %d]", o.max_seq, c->seq_len);
@@ -78,6 +89,8 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   TSR_RETURN_IF_ERROR(tsr_attn_pattern_check(&o.attn), "attn");
   if (!o.max_batch_rows) o.max_batch_rows = default_rows;
   if (o.precision == TSR_PRECISION_INT8) TSR_RETURN_IF(tsr_model_ensure_int8(model));
+  else if (o.precision == TSR_PRECISION_FP16) TSR_RETURN_IF(tsr_model_ensure_half(model, false));
+  else if (o.precision == TSR_PRECISION_BF16) TSR_RETURN_IF(tsr_model_ensure_half(model, true));
   else TSR_RETURN_IF(tsr_model_ensure_fp32(model));
   TSR_RETURN_IF(tsr_exec_create(model, &o, out));
   (*out)->attn_task = attn_fn(model->ctx->isa);
@@ -473,7 +486,7 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
       [TSR_T_K] = o->k,     [TSR_T_V] = o->v,     [TSR_T_ATT] = o->xb,
       [TSR_T_XB2] = o->xb2, [TSR_T_HB] = o->hb,   [TSR_T_HB2] = o->hb2,
       [TSR_T_LOGITS] = o->logits};
-  const tsr_offload_scratch_t sc = {o->qa, o->qa_scale, o->acc};
+  const tsr_offload_scratch_t sc = {o->qa, o->qa_scale, o->acc, o->xh};
   if (first == 0) {
     o->passes++;
     o->pass_rows += (uint64_t)R;

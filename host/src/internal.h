@@ -58,6 +58,11 @@ typedef struct tsr_linear {
                         f32_owned once an fp32 engine needs it; else NULL */
   float *f32_owned;
   tsr_qmatrix_t q;   /* int8 per output channel; built on first int8 use */
+  /* (rows, cols) halves: into the mapping when the file stores that type,
+   * else converted copies (f16_owned, bf16_owned) made when the first
+   * engine of that precision is created; else NULL */
+  const uint16_t *f16, *bf16;
+  uint16_t *f16_owned, *bf16_owned;
 } tsr_linear_t;
 
 typedef struct tsr_layer {
@@ -96,6 +101,7 @@ struct tsr_model {
   pthread_mutex_t quant_lock; /* guards the lazy int8 and fp32 weights */
   bool quantized;
   bool fp32_ready; /* every linear has its f32 (an fp32 engine exists) */
+  bool f16_ready, bf16_ready; /* likewise for fp16 and bf16 engines */
   /* Layers [layer0, layer1) are loaded (all but on a pipeline of MPI
    * ranks); `ends`: the embedding and the classifier too (rank 0). The
    * other layers' weights are neither read nor allocated. */
@@ -108,6 +114,8 @@ struct tsr_model {
 tsr_status_t tsr_model_ensure_int8(tsr_model_t *m);
 /* Gives every linear of `m` its fp32 weights once (thread-safe). */
 tsr_status_t tsr_model_ensure_fp32(tsr_model_t *m);
+/* Gives every linear its fp16 (bf16 = false) or bf16 weights once. */
+tsr_status_t tsr_model_ensure_half(tsr_model_t *m, bool bf16);
 /* Row `token` of the embedding table, dim floats into out. */
 void tsr_model_embed(const tsr_model_t *m, int32_t token, float *out);
 

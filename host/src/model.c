@@ -4,6 +4,9 @@
  * and only then, and the tokenizer.
  *   fp32  borrowed from the mapping when the file stores F32; converted
  *         copies otherwise, made when the first fp32 engine is created;
+ *   fp16, bf16  borrowed from the mapping when the file stores that type;
+ *         converted copies otherwise (round to nearest even), made when
+ *         the first engine of the precision is created;
  *   int8  quantized per output channel when the first int8 engine is
  *         created, row by row straight from the file's format (no fp32 copy
  *         of a matrix is made); the file's pages of a matrix are then
@@ -120,11 +123,15 @@ static tsr_status_t linear_init(tsr_linear_t *l, const tsr_tensor_view_t *v, con
   l->src = *v;
   TSR_RETURN_IF(view_check(v, what));
   if (v->type == TSR_DTYPE_F32) l->f32 = (const float *)v->data; /* in place */
+  if (v->type == TSR_DTYPE_F16) l->f16 = (const uint16_t *)v->data;
+  if (v->type == TSR_DTYPE_BF16) l->bf16 = (const uint16_t *)v->data;
   return TSR_OK;
 }
 
 static void linear_free(tsr_linear_t *l) {
   free(l->f32_owned);
+  free(l->f16_owned);
+  free(l->bf16_owned);
   tsr_qmatrix_free(&l->q);
 }
 
@@ -222,8 +229,10 @@ static void linear_rows_done(void *ctx, int32_t r0, int32_t r1) {
 static tsr_status_t quantize_linear(tsr_model_t *m, tsr_linear_t *l, const char *what,
                                     int32_t layer) {
   if (l->q.data) return TSR_OK;
+  /* the pages stay while an engine of another precision may read them */
+  const bool keep = m->fp32_ready || m->f16_ready || m->bf16_ready;
   tsr_status_t s = tsr_qmatrix_quantize_rows(m->ctx->pool, &l->q, l->rows, l->cols, linear_row,
-                                             m->fp32_ready ? NULL : linear_rows_done, l);
+                                             keep ? NULL : linear_rows_done, l);
   return tsr_status_annotate(s, "quantizing layer %d %s", layer, what);
 }
 
@@ -231,6 +240,60 @@ static tsr_status_t f32_linear(tsr_linear_t *l, const char *what, int32_t layer)
   if (l->f32) return TSR_OK;
   return tsr_status_annotate(view_to_f32(&l->src, what, &l->f32, &l->f32_owned),
                              "layer %d", layer);
+}
+
+/* fp16 or bf16 copy of a linear, converted from the file's type through
+ * fp32 (exact for every type but F32 -> half, which rounds to nearest
+ * even), blocks of rows on the pool. */
+typedef struct {
+  tsr_linear_t *l;
+  uint16_t *h;
+  bool bf16;
+  float *rows; /* (threads, cols) */
+} half_job_t;
+
+enum { HALF_BLOCK_ROWS = 64 };
+
+static void half_task(void *arg, int task, int thread) {
+  const half_job_t *j = arg;
+  const size_t cols = (size_t)j->l->cols;
+  float *row = j->rows + (size_t)thread * cols;
+  const int32_t r1 = (task + 1) * HALF_BLOCK_ROWS < j->l->rows ? (task + 1) * HALF_BLOCK_ROWS
+                                                               : j->l->rows;
+  for (int32_t r = task * HALF_BLOCK_ROWS; r < r1; r++) {
+    linear_row(j->l, r, row);
+    uint16_t *dst = j->h + (size_t)r * cols;
+    for (size_t c = 0; c < cols; c++)
+      dst[c] = j->bf16 ? tsr_f32_to_bf16(row[c]) : tsr_f32_to_f16(row[c]);
+  }
+}
+
+static tsr_status_t half_linear(tsr_model_t *m, tsr_linear_t *l, bool bf16, const char *what,
+                                int32_t layer) {
+  if (bf16 ? l->bf16 != NULL : l->f16 != NULL) return TSR_OK;
+  const size_t rows = (size_t)l->rows, cols = (size_t)l->cols;
+  const int threads = m->ctx->pool ? tsr_threadpool_size(m->ctx->pool) : 1;
+  half_job_t j = {l, malloc(sizeof(uint16_t) * rows * cols), bf16,
+                  malloc(sizeof(float) * cols * (size_t)threads)};
+  if (!j.h || !j.rows) {
+    free(j.h);
+    free(j.rows);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "layer %d %s: %s weights (%zu x %zu)", layer, what,
+                   bf16 ? "bf16" : "fp16", rows, cols);
+  }
+  const int tasks = (int)((rows + HALF_BLOCK_ROWS - 1) / HALF_BLOCK_ROWS);
+  if (m->ctx->pool) tsr_threadpool_run(m->ctx->pool, tasks, half_task, &j);
+  else
+    for (int t = 0; t < tasks; t++) half_task(&j, t, 0);
+  free(j.rows);
+  if (bf16) {
+    l->bf16 = j.h;
+    l->bf16_owned = j.h;
+  } else {
+    l->f16 = j.h;
+    l->f16_owned = j.h;
+  }
+  return TSR_OK;
 }
 
 /* Calls fn on every linear the model holds, in order, until one fails. */
@@ -268,6 +331,20 @@ tsr_status_t tsr_model_ensure_fp32(tsr_model_t *m) {
   if (!m->fp32_ready) {
     FOR_EACH_LINEAR(m, s, f32_linear);
     m->fp32_ready = s == TSR_OK;
+  }
+  pthread_mutex_unlock(&m->quant_lock);
+  return s;
+}
+
+tsr_status_t tsr_model_ensure_half(tsr_model_t *m, bool bf16) {
+  pthread_mutex_lock(&m->quant_lock);
+  tsr_status_t s = TSR_OK;
+  bool *ready = bf16 ? &m->bf16_ready : &m->f16_ready;
+  if (!*ready) {
+#define H(l, what, layer) half_linear(m, l, bf16, what, layer)
+    FOR_EACH_LINEAR(m, s, H);
+#undef H
+    *ready = s == TSR_OK;
   }
   pthread_mutex_unlock(&m->quant_lock);
   return s;

@@ -26,6 +26,7 @@
 
 #include "attn.h"
 #include "base/clock.h"
+#include "compute/hgemm.h"
 #include "driver/devmem.h"
 #include "driver/kernel_model.h"
 #include "graph.h"
@@ -93,6 +94,7 @@ typedef struct tsr_offload_scratch {
   int8_t *qa;      /* (R, k) */
   float *qa_scale; /* (R)    */
   int32_t *acc;    /* (R, n) */
+  uint16_t *xh;    /* (R, k) bf16 activations (bf16 precision only) */
 } tsr_offload_scratch_t;
 
 /* One sequence: its KV store and position (forward.c). */
@@ -134,6 +136,7 @@ struct tsr_engine {
   tsr_context_t *ctx;
   tsr_model_t *model;
   tsr_precision_t precision;
+  tsr_hkernel_t hkern;   /* fp16/bf16 matmul kernel (from the context's ISA) */
   tsr_kv_type_t kv_type; /* the reference attention's cache */
   /* the reference attention's task and, with an fp16 cache, the row
    * conversion: chosen once for the context's ISA (forward.c) */
@@ -174,6 +177,7 @@ struct tsr_engine {
   int8_t *qa;
   float *qa_scale;
   int32_t *acc;
+  uint16_t *xh;
   struct tsr_dist_engine *dist; /* its mirror on the other MPI ranks (dist.c), or NULL */
 };
 

@@ -235,7 +235,7 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_plan_t *pl, const bool *c
       char why[160];
       const char *unfit = entry_unfit(o, dev, why, sizeof why);
       if (!unfit && !attn_node && o->precision != TSR_PRECISION_INT8)
-        unfit = "fp32 runs on the host only";
+        unfit = "only int8 matmuls run on devices";
       if (!unfit && !capable[(size_t)i * o->n_devs + dev])
         unfit = "the node does not fit that device (size or memory)";
       if (unfit) {
@@ -298,7 +298,8 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
       continue;
     }
     if (mm && o->precision != TSR_PRECISION_INT8) {
-      snprintf(pc->cause, sizeof pc->cause, "fp32 precision: devices run int8 only");
+      snprintf(pc->cause, sizeof pc->cause, "%s precision: devices run int8 only",
+               tsr_precision_name(o->precision));
       continue;
     }
     /* the entries this node may use */

@@ -114,7 +114,7 @@ void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
     }
   }
   fprintf(f, "precision %s, offload policy %s%s%s, up to %d rows per evaluation\n",
-          o->precision == TSR_PRECISION_INT8 ? "int8" : "fp32",
+          tsr_precision_name(o->precision),
           o->ctx->opts.offload == TSR_OFFLOAD_ALL    ? "all"
           : o->ctx->opts.offload == TSR_OFFLOAD_NONE ? "none"
                                                      : "auto",

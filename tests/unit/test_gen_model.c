@@ -58,6 +58,11 @@ static long check_tensor(const char *name, const tsr_tensor_view_t *v, uint64_t 
       } else if (v->type == TSR_DTYPE_F16) {
         uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
         bad += tsr_f16_to_f32(h) != tsr_f16_to_f32(tsr_f32_to_f16(x));
+      } else if (v->type == TSR_DTYPE_BF16) {
+        /* the conversion itself is checked against its definition in
+         * test_hgemm */
+        uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+        bad += h != tsr_f32_to_bf16(x);
       } else {
         /* Q8_0: check a whole block once its 32 values are known. */
         block[i % 32] = x;
@@ -244,8 +249,8 @@ static void test_f16_conversion(void) {
 }
 
 static void test_round_trip_small(void) {
-  const tsr_dtype_t types[] = {TSR_DTYPE_F32, TSR_DTYPE_F16, TSR_DTYPE_Q8_0};
-  for (int t = 0; t < 3; t++) {
+  const tsr_dtype_t types[] = {TSR_DTYPE_F32, TSR_DTYPE_F16, TSR_DTYPE_BF16, TSR_DTYPE_Q8_0};
+  for (int t = 0; t < 4; t++) {
     tsr_gen_params_t p;
     TSR_ASSERT_OK(tsr_gen_preset("stories260K", &p));
     p.type = types[t];
@@ -264,8 +269,8 @@ static void test_round_trip_small(void) {
 }
 
 static void test_round_trip_stories15M(void) {
-  const tsr_dtype_t types[] = {TSR_DTYPE_F32, TSR_DTYPE_F16, TSR_DTYPE_Q8_0};
-  for (int t = 0; t < 3; t++) {
+  const tsr_dtype_t types[] = {TSR_DTYPE_F32, TSR_DTYPE_F16, TSR_DTYPE_BF16, TSR_DTYPE_Q8_0};
+  for (int t = 0; t < 4; t++) {
     tsr_gen_params_t p;
     TSR_ASSERT_OK(tsr_gen_preset("stories15M", &p));
     p.type = types[t];
