@@ -5,9 +5,14 @@
  * sgemm, and the int8 GEMV/GEMM kernels with their ratio to the limit that
  * bounds them (host/src/bench.c). Models: prefill and decode tokens/s in
  * fp32 and int8 on generated models of several sizes (written once into
- * BUILD/bench/). Every figure is the median of --reps runs. --batch runs a
- * sweep instead: aggregate int8 decode throughput of B sequences evaluated
- * together on one engine, on the CPU and projected onto the offload device.
+ * BUILD/bench/). Every figure is the median of --reps runs. Per model also:
+ * load time per precision, `tessera run` as a child process (wall time and
+ * peak RSS, bench_proc.c), decode at several context depths, and with
+ * --peer llama-bench's figures on the same files, alternated with tessera's
+ * repetitions (bench_peer.c); --plot writes the charts (bench_plot.c).
+ * --batch runs a sweep instead: aggregate int8 decode throughput of B
+ * sequences evaluated together on one engine, on the CPU and projected onto
+ * the offload device.
  */
 #include <errno.h>
 #include <inttypes.h>
