@@ -59,7 +59,7 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --mpi-split S      layers (pipeline, default) | rows (sequences per rank)\n"    \
   "      --mpi-timeout MS   longest wait for another rank (default 60000)\n"
 
-/* The session options shared by run and plan: --precision (fp32 | int8),
+/* The session options shared by run and plan: --precision (fp32 | int8 | fp16 | bf16),
  * --attn (a pattern, tsr_attn_pattern_parse) and --kv (f32 | f16). Returns like
  * cli_device_option. */
 int cli_session_option(const char *cmd, int argc, char **argv, int *i,
