@@ -1,7 +1,8 @@
 /*
  * cmd_devices.c - `tessera devices`: the host ("cpu") and every device
  * backend compiled in, whether it opens here, why not, what it offers, and
- * the options it takes (from the backend's option table: type, range, help).
+ * the options it takes (from the backend's option table: type, range, help),
+ * then the built-in board profiles (driver/boards) that board= selects.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 #include "cli.h"
 #include "compute/qgemm.h"
+#include "driver/board.h"
 #include "driver/hal.h"
 
 static const char *CMD = "devices";
@@ -25,7 +27,8 @@ int tsr_cmd_devices(int argc, char **argv) {
       printf("usage: tessera devices\n\n"
              "Lists the host (cpu) and the device backends (in preference order), tries\n"
              "to open each and prints its capabilities or the reason it is unavailable,\n"
-             "then the options each backend takes (--device NAME:key=value,...).\n");
+             "then the options each backend takes (--device NAME:key=value,...) and the\n"
+             "built-in board profiles (fmodel:board=NAME, sim:board=NAME).\n");
       return 0;
     }
     fprintf(stderr, "tessera %s: unknown option '%s'\n", CMD, argv[i]);
@@ -56,8 +59,29 @@ int tsr_cmd_devices(int argc, char **argv) {
            "%.0f us per transfer, %.0f us per launch\n",
            c.mem_size >> 20, c.mem_bytes_per_cycle, c.mem_bytes_per_cycle * c.clock_hz / 1e9,
            c.link_bytes_per_s / 1e9, c.link_latency_s * 1e6, c.launch_latency_s * 1e6);
+    if (c.board[0])
+      printf("        board %s, %u read port(s) of %.0f B/cycle\n", c.board,
+             c.mem_ports ? c.mem_ports : 1, c.mem_bytes_per_cycle);
+    else
+      printf("        board: none (the backend's own figures; board=NAME picks a profile)\n");
     tsr_hal_close(dev);
     print_options(vts[i]);
+  }
+  printf("boards (board=NAME, or board=FILE.board; driver/README.md cites their sources):\n");
+  for (size_t i = 0; i < tsr_board_builtin_count(); i++) {
+    tsr_board_t b;
+    tsr_status_t s = tsr_board_load(tsr_board_builtin_name(i), &b);
+    if (s) {
+      printf("  %-12s invalid: %s\n", tsr_board_builtin_name(i), tsr_status_message(s));
+      tsr_status_free(s);
+      continue;
+    }
+    printf("  %-12s %s: %ux%u MACs at %.0f MHz; %u x %.2f GB/s %s (%u port%s); %s %.2f GB/s "
+           "+ %.0f us per transfer, %.0f us per launch\n",
+           b.name, b.title, b.array_rows, b.array_cols, b.clock_hz / 1e6, b.mem_channels,
+           b.channel_bytes_per_s / 1e9, b.memory[0] ? b.memory : "memory", b.ports,
+           b.ports == 1 ? "" : "s", b.link[0] ? b.link : "link", b.link_bytes_per_s / 1e9,
+           b.link_latency_s * 1e6, b.launch_latency_s * 1e6);
   }
   return 0;
 }
