@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "\n"
           "  -m, --model FILE       GGUF or llama2.c checkpoint\n"
           "  -z, --tokenizer FILE   llama2.c tokenizer (llama2.c checkpoints)\n"
-          "      --precision P      int8 (default) | fp32\n"
+          "      --precision P      int8 (default) | fp32 | fp16 | bf16 (the last three: CPU)\n"
           CLI_ATTN_HELP
           "      --graph            also print the whole graph, light ops included\n"
           "  -t, --threads N        CPU threads (default: all)\n"
