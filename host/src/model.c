@@ -249,6 +249,7 @@ typedef struct {
   tsr_linear_t *l;
   uint16_t *h;
   bool bf16;
+  bool drop;   /* drop the file's pages of each block once converted */
   float *rows; /* (threads, cols) */
 } half_job_t;
 
@@ -266,6 +267,7 @@ static void half_task(void *arg, int task, int thread) {
     for (size_t c = 0; c < cols; c++)
       dst[c] = j->bf16 ? tsr_f32_to_bf16(row[c]) : tsr_f32_to_f16(row[c]);
   }
+  if (j->drop) view_drop_rows(&j->l->src, task * HALF_BLOCK_ROWS, r1);
 }
 
 static tsr_status_t half_linear(tsr_model_t *m, tsr_linear_t *l, bool bf16, const char *what,
@@ -273,7 +275,10 @@ static tsr_status_t half_linear(tsr_model_t *m, tsr_linear_t *l, bool bf16, cons
   if (bf16 ? l->bf16 != NULL : l->f16 != NULL) return TSR_OK;
   const size_t rows = (size_t)l->rows, cols = (size_t)l->cols;
   const int threads = m->ctx->pool ? tsr_threadpool_size(m->ctx->pool) : 1;
-  half_job_t j = {l, malloc(sizeof(uint16_t) * rows * cols), bf16,
+  /* the file's pages go as rows are converted, unless an engine of another
+   * precision may read them in place */
+  const bool drop = !m->fp32_ready && !m->f16_ready && !m->bf16_ready;
+  half_job_t j = {l, malloc(sizeof(uint16_t) * rows * cols), bf16, drop,
                   malloc(sizeof(float) * cols * (size_t)threads)};
   if (!j.h || !j.rows) {
     free(j.h);

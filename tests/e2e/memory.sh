@@ -8,6 +8,10 @@
 #   f32 file,  fp32   <= 1.05 F + A  (the mapping read in place)
 #   f32 file,  int8   <= 0.30 F + A  (int8 is a quarter of f32; the file's
 #                                     pages dropped once quantized)
+#   f16 file,  fp16   <= 1.05 F + A  (the halves read in place)
+#   bf16 file, bf16   <= 1.05 F + A
+#   f32 file,  bf16   <= 0.55 F + A  (a half copy made at load, the file's
+#                                     pages dropped once converted)
 # Under the sanitizers the bounds do not hold (shadow memory): skipped.
 set -u
 BUILD=${1:-build}
@@ -19,7 +23,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
 "$T" gen-model -o "$out/q8.gguf" --preset stories15M --type q8_0 --seed 3 > /dev/null &&
-  "$T" gen-model -o "$out/f32.gguf" --preset stories15M --seed 3 > /dev/null ||
+  "$T" gen-model -o "$out/f32.gguf" --preset stories15M --seed 3 > /dev/null &&
+  "$T" gen-model -o "$out/f16.gguf" --preset stories15M --type f16 --seed 3 > /dev/null &&
+  "$T" gen-model -o "$out/bf16.gguf" --preset stories15M --type bf16 --seed 3 > /dev/null ||
   { echo "FAIL gen-model"; exit 1; }
 # peak RSS in KiB of a command (getrusage of the child)
 peak() {
@@ -39,4 +45,7 @@ check() { # file precision factor
 check "$out/q8.gguf" int8 1.10
 check "$out/f32.gguf" fp32 1.05
 check "$out/f32.gguf" int8 0.30
+check "$out/f16.gguf" fp16 1.05
+check "$out/bf16.gguf" bf16 1.05
+check "$out/f32.gguf" bf16 0.55
 exit $fail
