@@ -3,15 +3,16 @@
  * fp16 widened with VCVTPH2PS, bf16 with VDPBF16PS (functions marked for
  * AVX512_BF16, called only where CPUID has it) or widened by a shift.
  *
- * Register blocking: 4 rows of X by 4 rows of W, 16 accumulators of 16
- * lanes over the whole of K, reduced four at a time at the end; X is
- * walked in chunks of 64 rows so a chunk stays in L2 while W streams.
+ * Register blocking: 8 rows of X by 3 rows of W, 24 accumulators of 16
+ * lanes over the whole of K (each W vector, widened once, serves 8 rows),
+ * reduced at the end; X is walked in chunks of 64 rows so a chunk stays in
+ * L2 while W streams.
  */
 #include <immintrin.h>
 
 #include "compute/hgemm.h"
 
-enum { MR = 4, NR = 4, M_CHUNK = 64 };
+enum { MR = 8, NR = 3, M_CHUNK = 64 };
 
 /* Sum of each of a, b, c, d's lanes, as {a, b, c, d}. */
 static inline __attribute__((always_inline)) __m256 fold(__m512 a) {
@@ -30,15 +31,10 @@ static inline __attribute__((always_inline)) __m128 reduce4(__m512 a, __m512 b, 
 static inline __attribute__((always_inline)) void store_row(float *c, const __m512 *acc,
                                                             int nr) {
   const __m512 z = _mm512_setzero_ps();
-  const __m128 s = reduce4(acc[0], nr > 1 ? acc[1] : z, nr > 2 ? acc[2] : z,
-                           nr > 3 ? acc[3] : z);
-  if (nr == 4) {
-    _mm_storeu_ps(c, s);
-  } else {
-    float t[4];
-    _mm_storeu_ps(t, s);
-    for (int j = 0; j < nr; j++) c[j] = t[j];
-  }
+  const __m128 s = reduce4(acc[0], nr > 1 ? acc[1] : z, nr > 2 ? acc[2] : z, z);
+  float t[4];
+  _mm_storeu_ps(t, s);
+  for (int j = 0; j < nr; j++) c[j] = t[j];
 }
 
 /* bf16 lanes widened to fp32 (exact). */
@@ -142,10 +138,10 @@ mk_bf16dp(int mr, int nr, float *c, size_t ldc, const uint16_t *x, size_t ldx,
   for (int i = 0; i < mr; i++) store_row(c + (size_t)i * ldc, acc[i], nr);
 }
 
-/* The block loops, with every (mr, nr) <= (4, 4) a specialized call. */
+/* The block loops, with every (mr, nr) <= (MR, NR) a specialized call. */
 #define HG_CASE(MK, a, b) \
   case ((a) - 1) * NR + (b) - 1: MK(a, b, cp, ldc, xp, ldx, wp, ldw, k); break;
-#define HG_CASES_ROW(MK, a) HG_CASE(MK, a, 1) HG_CASE(MK, a, 2) HG_CASE(MK, a, 3) HG_CASE(MK, a, 4)
+#define HG_CASES_ROW(MK, a) HG_CASE(MK, a, 1) HG_CASE(MK, a, 2) HG_CASE(MK, a, 3)
 #define HG_LOOPS(MK)                                                             \
   for (int32_t i0 = 0; i0 < m; i0 += M_CHUNK) {                                  \
     const int32_t i1 = m - i0 < M_CHUNK ? m : i0 + M_CHUNK;                     \
@@ -158,6 +154,7 @@ mk_bf16dp(int mr, int nr, float *c, size_t ldc, const uint16_t *x, size_t ldx,
         const __typeof__(x) xp = x + (size_t)i * ldx;                            \
         switch ((mr - 1) * NR + nr - 1) {                                        \
           HG_CASES_ROW(MK, 1) HG_CASES_ROW(MK, 2) HG_CASES_ROW(MK, 3) HG_CASES_ROW(MK, 4) \
+          HG_CASES_ROW(MK, 5) HG_CASES_ROW(MK, 6) HG_CASES_ROW(MK, 7) HG_CASES_ROW(MK, 8) \
         }                                                                        \
       }                                                                          \
     }                                                                            \
