@@ -20,7 +20,10 @@
  *           the kernel's cycle model at the device's clock for the batch's
  *           rows plus one launch; transfers = per-transfer latency plus
  *           bytes over the link bandwidth, counted as the executor issues
- *           them (activations and ring up, every member's result down).
+ *           them (activations and ring up, every member's result down in
+ *           one read): tsr_proj_group (project.c), which the crossover
+ *           benchmark projects with too. With TSR_CPU_PROFILE set the host
+ *           time is that fixed profile's instead of a measurement.
  *           With rows split, each device's share is costed and the slowest
  *           counts. The policy decides: all, none, or auto (the faster
  *           side).
@@ -38,6 +41,7 @@
 #include <string.h>
 
 #include "offload.h"
+#include "project.h"
 
 /* Wall time of the host int8 kernel on this shape, with these weights (so
  * the measurement sees the real cache footprint): the fastest of several
@@ -143,18 +147,6 @@ static int layer_entry(const tsr_exec_t *o, int32_t layer) {
   if (L <= 0) return 0;
   if (layer < 0) layer = m->layer1 - 1;
   return (int)((int64_t)(layer - m->layer0) * o->n_devs / L);
-}
-
-/* Launch and transfers of a group on one device as the executor issues
- * them: one copy of the activation rows and one of the ring in, one launch,
- * one copy out per member. */
-static double transfer_cost(const tsr_hal_caps_t *c, int32_t m, int32_t k, const int32_t *ns,
-                            int count) {
-  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, tsr_tile_m_chunk(c));
-  double bytes = (double)m * k + (double)descs * TSR_HW_DESC_BYTES;
-  for (int i = 0; i < count; i++) bytes += 4.0 * m * ns[i];
-  return c->link_latency_s * (2 + count) +
-         (c->link_bytes_per_s > 0 ? bytes / c->link_bytes_per_s : 0);
 }
 
 /* Why device entry e cannot run int8 work, or NULL. */
@@ -353,7 +345,17 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
   }
 
   /* pass 2: cost model per group, then the policy. The host side is only
-   * measured when some device could take work. */
+   * measured when some device could take work (or taken from a fixed CPU
+   * profile, TSR_CPU_PROFILE). */
+  tsr_cpu_profile_t cpu_prof;
+  bool cpu_fixed = false;
+  tsr_status_t ps = tsr_proj_cpu_profile_env(&cpu_prof, &cpu_fixed);
+  if (ps) {
+    free(capable);
+    free(budget);
+    tsr_plan_free(out);
+    return ps;
+  }
   struct { int32_t m, n, k; double s; } cache[32];
   int n_cache = 0;
   for (int32_t i = 0; attn8 && i < g->n_nodes; i++) {
@@ -412,7 +414,8 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
       for (int c = 0; c < n_cache; c++)
         if (cache[c].m == rows && cache[c].n == n->n && cache[c].k == n->k) t = cache[c].s;
       if (t < 0) {
-        t = measure_cpu(o, n->w, rows);
+        t = cpu_fixed ? tsr_proj_cpu_matmul_s(&cpu_prof, rows, n->n, n->k)
+                      : measure_cpu(o, n->w, rows);
         if (n_cache < 32) cache[n_cache++] = (__typeof__(cache[0])){rows, n->n, n->k, t};
       }
       out->at[i + j].est_cpu_s = t;
@@ -436,11 +439,8 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
         host_share += cpu * m / rows;
         continue;
       }
-      double t = d->cd->caps.launch_latency_s;
-      for (int j = 0; j < cnt; j++)
-        t += (double)tsr_km_gemm_cycles(&d->timing, (uint32_t)m, (uint32_t)ns[j],
-                                        (uint32_t)lead->k) / d->timing.clock_hz;
-      double tx = transfer_cost(&d->cd->caps, m, lead->k, ns, cnt);
+      double t = 0, tx = 0;
+      tsr_proj_group(&d->cd->caps, &d->timing, m, lead->k, ns, cnt, &t, &tx);
       if (t + tx > worst + worst_x) {
         worst = t;
         worst_x = tx;
@@ -473,8 +473,9 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
         break;
       default:
         place = dev + xfer < cpu ? place0 : TSR_PLACE_CPU;
-        snprintf(cause, sizeof cause, "cost: %s %.1f us + transfers %.1f us %s host %.1f us",
-                 dname, dev * 1e6, xfer * 1e6, place != TSR_PLACE_CPU ? "<" : ">=", cpu * 1e6);
+        snprintf(cause, sizeof cause, "cost: %s %.1f us + transfers %.1f us %s host %.1f us%s",
+                 dname, dev * 1e6, xfer * 1e6, place != TSR_PLACE_CPU ? "<" : ">=", cpu * 1e6,
+                 cpu_fixed ? " (CPU profile)" : "");
         break;
     }
     for (int j = 0; j < cnt; j++) {

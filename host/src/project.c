@@ -1,0 +1,113 @@
+/* project.c - the offload cost model shared by plan.c and bench (project.h). */
+#include "project.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "plan.h"
+
+double tsr_proj_cpu_matmul_s(const tsr_cpu_profile_t *p, int32_t m, int32_t n, int32_t k) {
+  const double bytes = (double)n * k, macs = (double)m * n * k;
+  const double tb = p->weight_bytes_per_s > 0 ? bytes / p->weight_bytes_per_s : 0;
+  const double tm = p->int8_macs_per_s > 0 ? macs / p->int8_macs_per_s : 0;
+  return tb > tm ? tb : tm;
+}
+
+tsr_status_t tsr_proj_cpu_profile_env(tsr_cpu_profile_t *out, bool *set) {
+  *set = false;
+  const char *v = getenv("TSR_CPU_PROFILE");
+  if (!v || !*v) return TSR_OK;
+  char *e1 = NULL, *e2 = NULL;
+  double gbps = strtod(v, &e1);
+  double gmacs = e1 && *e1 == ',' ? strtod(e1 + 1, &e2) : 0;
+  if (!e2 || *e2 || !(gbps > 0) || !(gmacs > 0) || !isfinite(gbps) || !isfinite(gmacs))
+    return TSR_ERR(INVALID_ARGUMENT, "TSR_CPU_PROFILE '%s': expected GBPS,GMACS (two positive "
+                   "numbers: int8 weight GB/s of a GEMV, int8 GMAC/s of a GEMM; e.g. 40,400)",
+                   v);
+  out->weight_bytes_per_s = gbps * 1e9;
+  out->int8_macs_per_s = gmacs * 1e9;
+  *set = true;
+  return TSR_OK;
+}
+
+uint64_t tsr_proj_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k) {
+  const uint32_t ports = t->ports ? t->ports : 1;
+  const uint64_t c = tsr_km_gemm_cycles(t, m, n, k);
+  if (ports == 1) return c;
+  /* Does the kernel model see the ports? Compare with one port on a shape
+   * that streams (a GEMV of 64 KiB of weights per port). */
+  tsr_km_timing_t one = *t;
+  one.ports = 1;
+  if (tsr_km_gemm_cycles(&one, 1, 64 * ports, 1024) != tsr_km_gemm_cycles(t, 1, 64 * ports, 1024))
+    return c;
+  /* It does not: the ports modeled here as one port of their summed
+   * bandwidth (rows striped, n % ports, so every port streams n / ports
+   * rows at once). */
+  one.mem_bytes_per_cycle = t->mem_bytes_per_cycle * ports;
+  return tsr_km_gemm_cycles(&one, m, n, k);
+}
+
+void tsr_proj_group(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t, int32_t m, int32_t k,
+                    const int32_t *ns, int count, double *dev_s, double *xfer_s) {
+  double d = caps->launch_latency_s;
+  for (int j = 0; j < count; j++)
+    d += (double)tsr_proj_gemm_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k) /
+         t->clock_hz;
+  /* as the executor issues them: activation rows and ring up, the results
+   * of every member down in one read (exec.c launch_submit/launch_finish) */
+  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, tsr_tile_m_chunk(caps));
+  double bytes = (double)m * k + (double)descs * TSR_HW_DESC_BYTES;
+  for (int j = 0; j < count; j++) bytes += 4.0 * m * ns[j];
+  *dev_s = d;
+  *xfer_s = caps->link_latency_s * 3 +
+            (caps->link_bytes_per_s > 0 ? bytes / caps->link_bytes_per_s : 0);
+}
+
+void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
+                    const tsr_km_timing_t *t, const tsr_cpu_profile_t *cpu, int32_t rows,
+                    double light_s, tsr_proj_result_t *out) {
+  memset(out, 0, sizeof *out);
+  const int32_t hd = s->dim / s->heads, q = s->heads * hd, kv = s->kv_heads * hd;
+  /* the graph's groups of a layer (graph.c): what each reads, its members */
+  struct { int32_t k; int count; int32_t ns[3]; } g[4] = {
+      {s->dim, 3, {q, kv, kv}}, {q, 1, {s->dim}}, {s->dim, 2, {s->hidden, s->hidden}},
+      {s->hidden, 1, {s->dim}}};
+  /* the host's light work of a pass, in front of each of the 4 groups of
+   * every layer (and of the classifier: none, the final norm is in it) */
+  const double h = s->layers > 0 ? light_s / (4.0 * s->layers) : 0;
+  double host = 0, board = 0, serial = 0;
+  for (int i = 0; i < 5; i++) {
+    const bool cls = i == 4;
+    const int32_t k = cls ? s->dim : g[i].k;
+    const int count = cls ? 1 : g[i].count;
+    const int32_t *ns = cls ? &s->vocab : g[i].ns;
+    double c = 0;
+    for (int j = 0; j < count; j++) c += tsr_proj_cpu_matmul_s(cpu, rows, ns[j], k);
+    double dev = 0, xfer = 0;
+    tsr_proj_group(caps, t, rows, k, ns, count, &dev, &xfer);
+    const bool pays = dev + xfer < c;
+    const double reps = cls ? 1 : s->layers, before = cls ? 0 : h;
+    host += reps * (c + before);
+    if (pays) {
+      const double lat = caps->launch_latency_s, work = dev - lat + xfer;
+      /* queued ahead: the launch's latency runs while the host does the
+       * light ops before it; only what exceeds them shows */
+      board += reps * (before + (lat > before ? lat - before : 0) + work);
+      serial += reps * (before + lat + work);
+      out->launches += (int)reps;
+      if (cls) out->classifier_on = true;
+      else {
+        out->on[i] = true;
+        out->dev_groups++;
+      }
+    } else {
+      board += reps * (before + c);
+      serial += reps * (before + c);
+    }
+  }
+  out->cpu_s = host;
+  out->board_s = board;
+  out->serial_s = serial;
+}

@@ -1,0 +1,89 @@
+/*
+ * project.h - the offload cost model shared by the partitioner (plan.c) and
+ * the crossover benchmark (`tessera bench --boards`), so that the policy
+ * `auto` places a matmul group on a device exactly where the projection
+ * says it pays.
+ *
+ * Internal header. Three pieces:
+ *   - the device time of one matmul (tsr_proj_gemm_cycles): the kernel's
+ *     cycle model (driver/kernel_model.h) at the device's read ports;
+ *   - the cost of one matmul group on a device as the executor issues it
+ *     (tsr_proj_group): one launch, its cycles, and three copies (the
+ *     activation rows and the ring up, the results down in one read);
+ *   - a CPU profile (tsr_cpu_profile_t): a fixed roofline of the host's int8
+ *     matmuls (weight bytes per second streamed by a GEMV, int8 MACs per
+ *     second of a GEMM). The partitioner measures the host kernel on every
+ *     shape unless TSR_CPU_PROFILE="GBPS,GMACS" gives it a profile, which
+ *     makes its decisions deterministic (tests) and equal to the benchmark's
+ *     projection from the same profile.
+ * And the per-token model of a whole decoder (tsr_proj_model): every group
+ * of every layer placed by that rule, the host's light ops in between, and
+ * the launches queued ahead (ap_ctrl_chain) so that a launch's fixed
+ * latency overlaps the light ops that precede it.
+ */
+#ifndef TSR_PROJECT_H
+#define TSR_PROJECT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "driver/hal.h"
+#include "driver/kernel_model.h"
+
+typedef struct tsr_cpu_profile {
+  double weight_bytes_per_s; /* int8 weight bytes a GEMV (M = 1) streams/s */
+  double int8_macs_per_s;    /* int8 multiply-accumulates per s of a GEMM   */
+} tsr_cpu_profile_t;
+
+/* Host seconds of an m x n x k int8 matmul under the profile: the slower
+ * of streaming the n x k weights and doing the m*n*k MACs. */
+double tsr_proj_cpu_matmul_s(const tsr_cpu_profile_t *p, int32_t m, int32_t n, int32_t k);
+
+/* Reads TSR_CPU_PROFILE ("GBPS,GMACS", e.g. "40,400"); false when unset.
+ * A malformed value is an INVALID_ARGUMENT naming it. */
+tsr_status_t tsr_proj_cpu_profile_env(tsr_cpu_profile_t *out, bool *set);
+
+/* Modeled cycles of one single-descriptor launch of m x n x k on a device
+ * of timing `t`, its read ports streaming in parallel (weight row n read by
+ * port n % ports). When the kernel model does not model the ports itself
+ * (same cycles for 1 and t->ports ports), the ports are modeled here, in
+ * this one place, as one port of ports x the per-channel bandwidth. */
+uint64_t tsr_proj_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k);
+
+/* Cost of a matmul group on one device: `count` members of ns[i] outputs
+ * over m rows of k inputs, in one launch. dev_s = launch latency + cycles
+ * at the clock; xfer_s = the executor's three copies at the link's latency
+ * and bandwidth. */
+void tsr_proj_group(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t, int32_t m, int32_t k,
+                    const int32_t *ns, int count, double *dev_s, double *xfer_s);
+
+/* The shape of a llama-type decoder. */
+typedef struct tsr_proj_shape {
+  const char *name;
+  int32_t dim, hidden, layers, heads, kv_heads, vocab;
+} tsr_proj_shape_t;
+
+/* Where the groups of a layer go and what a pass costs. */
+typedef struct tsr_proj_result {
+  double cpu_s;       /* one pass on the host alone                        */
+  double board_s;     /* one pass with the groups that pay on the device,
+                         launches queued ahead (ap_ctrl_chain)             */
+  double serial_s;    /* the same placement, each launch's latency after
+                         the host work before it (no queue)                */
+  int dev_groups;     /* groups of one layer on the device (of 4)          */
+  bool classifier_on; /* the classifier on the device                      */
+  bool on[4];         /* per group of a layer: qkv, o, gate+up, down       */
+  int launches;       /* device launches per pass                          */
+} tsr_proj_result_t;
+
+/* Projects one pass of `rows` rows (decode: one row per sequence; prefill:
+ * every prompt token) through the whole model. `light_s` is the host's
+ * light-op time of one pass (norms, RoPE, attention, SwiGLU, residuals,
+ * sampling), spread evenly over the four points of a layer where a launch
+ * waits for it. A group is placed on the device when dev_s + xfer_s <
+ * its host time (plan.c's rule). */
+void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
+                    const tsr_km_timing_t *t, const tsr_cpu_profile_t *cpu, int32_t rows,
+                    double light_s, tsr_proj_result_t *out);
+
+#endif /* TSR_PROJECT_H */
