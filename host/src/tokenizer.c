@@ -90,6 +90,18 @@ static int32_t lookup(const tsr_tokenizer_t *t, const char *s, size_t len) {
   return -1;
 }
 
+/* The token of piece(a) + piece(b), or -1 (also when it is longer than any
+ * piece). `merge` holds 2 * max_piece_len + 1 bytes. */
+static int32_t pair_id(const tsr_tokenizer_t *t, int32_t a, int32_t b, char *merge) {
+  const tsr_vocab_t *v = t->vocab;
+  const char *pa = v->pieces[a], *pb = v->pieces[b];
+  const size_t la = strlen(pa), lb = strlen(pb);
+  if (la + lb > (size_t)v->max_piece_len * 2) return -1;
+  memcpy(merge, pa, la);
+  memcpy(merge + la, pb, lb);
+  return lookup(t, merge, la + lb);
+}
+
 tsr_status_t tsr_tokenizer_encode(const tsr_tokenizer_t *t, const char *text, bool bos,
                                   bool eos, int32_t *tokens, size_t cap, size_t *n_out) {
   *n_out = 0;
@@ -99,9 +111,11 @@ tsr_status_t tsr_tokenizer_encode(const tsr_tokenizer_t *t, const char *text, bo
   /* Worst case: BOS + prefix + one token per byte + EOS. */
   size_t worst = text_len + 3;
   int32_t *buf = malloc(sizeof(int32_t) * worst);
+  int32_t *pair = malloc(sizeof(int32_t) * worst);
   char *merge = malloc((size_t)v->max_piece_len * 2 + 3);
-  if (!buf || !merge) {
+  if (!buf || !pair || !merge) {
     free(buf);
+    free(pair);
     free(merge);
     return TSR_ERR(RESOURCE_EXHAUSTED, "tokenize: %zu bytes of text", text_len);
   }
@@ -126,18 +140,17 @@ tsr_status_t tsr_tokenizer_encode(const tsr_tokenizer_t *t, const char *text, bo
     }
     i += len;
   }
-  /* Merge the best-scoring adjacent pair until none merges. */
+  /* Merge the best-scoring adjacent pair until none merges (the first one
+   * on ties). The merged token of each adjacent pair is looked up once and
+   * kept (pair[i]: of buf[i], buf[i+1]; -1 if the vocabulary lacks it);
+   * a merge looks up only the two pairs it changes. */
+  for (size_t i = 0; i + 1 < n; i++) pair[i] = pair_id(t, buf[i], buf[i + 1], merge);
   for (;;) {
     float best_score = -1e10f;
     int32_t best_id = -1;
     size_t best_idx = 0;
     for (size_t i = 0; i + 1 < n; i++) {
-      const char *a = v->pieces[buf[i]], *b = v->pieces[buf[i + 1]];
-      size_t la = strlen(a), lb = strlen(b);
-      if (la + lb > (size_t)v->max_piece_len * 2) continue;
-      memcpy(merge, a, la);
-      memcpy(merge + la, b, lb);
-      int32_t id = lookup(t, merge, la + lb);
+      const int32_t id = pair[i];
       if (id >= 0 && v->scores[id] > best_score) {
         best_score = v->scores[id];
         best_id = id;
@@ -147,8 +160,12 @@ tsr_status_t tsr_tokenizer_encode(const tsr_tokenizer_t *t, const char *text, bo
     if (best_id < 0) break;
     buf[best_idx] = best_id;
     memmove(buf + best_idx + 1, buf + best_idx + 2, sizeof(int32_t) * (n - best_idx - 2));
+    memmove(pair + best_idx + 1, pair + best_idx + 2, sizeof(int32_t) * (n - best_idx - 2));
     n--;
+    if (best_idx > 0) pair[best_idx - 1] = pair_id(t, buf[best_idx - 1], buf[best_idx], merge);
+    if (best_idx + 1 < n) pair[best_idx] = pair_id(t, buf[best_idx], buf[best_idx + 1], merge);
   }
+  free(pair);
   if (eos) buf[n++] = v->eos;
   free(merge);
   if (n > cap) {
