@@ -66,6 +66,13 @@ $(FUZZ_BUILD)/lib/libtessera_serve_fuzz.a: $(FUZZ_SERVE_OBJS)
 	rm -f $@ && ar rcs $@ $^
 $(FUZZ_BUILD)/bin/fuzz_tenants $(FUZZ_BUILD)/bin/fuzz_completion: $(FUZZ_BUILD)/lib/libtessera_serve_fuzz.a
 
+# The benchmark peer's output: host/cli/bench_peer.c (which runs the peer
+# through bench_proc.c), parsed with jansson.
+FUZZ_PEER_OBJS := $(FUZZ_BUILD)/obj/host/cli/bench_peer.o $(FUZZ_BUILD)/obj/host/cli/bench_proc.o
+$(FUZZ_BUILD)/bin/fuzz_peer: FUZZ_EXTRA_ARCHIVES = $(FUZZ_PEER_OBJS)
+$(FUZZ_BUILD)/bin/fuzz_peer: FUZZ_EXTRA_LIBS = -ljansson
+$(FUZZ_BUILD)/bin/fuzz_peer: $(FUZZ_PEER_OBJS)
+
 $(FUZZ_BUILD)/bin/fuzz-seeds: fuzz/seeds.c $(FUZZ_UTIL_OBJ) $(FUZZ_LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -MF $@.d -o $@ $< $(FUZZ_UTIL_OBJ) $(FUZZ_LIB) $(TSR_LIBS)

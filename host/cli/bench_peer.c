@@ -82,14 +82,23 @@ static bool find_rate(json_t *root, const char *model, int n_prompt, int n_gen, 
   return false;
 }
 
+/* The reason quotes the peer's output (jansson's error text, a file name
+ * from its JSON): printable ASCII only, for terminals and tables. */
+static void printable(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f) *s = '?';
+}
+
 bool cli_peer_parse_llama_bench(const char *json, size_t len, const char *model, int n_prompt,
                                 int n_gen, double *pp_tps, double *tg_tps, char *why,
                                 size_t cap) {
+  if (cap) why[0] = '\0';
   json_error_t err;
   json_t *root = json_loadb(json, len, 0, &err);
   if (!root) {
     snprintf(why, cap, "its output is not JSON (line %d, column %d: %s)", err.line, err.column,
              err.text);
+    printable(why);
     return false;
   }
   bool ok = json_is_array(root);
@@ -97,6 +106,7 @@ bool cli_peer_parse_llama_bench(const char *json, size_t len, const char *model,
   if (ok) ok = find_rate(root, model, n_prompt, 0, pp_tps, why, cap);
   if (ok) ok = find_rate(root, model, 0, n_gen, tg_tps, why, cap);
   json_decref(root);
+  if (!ok) printable(why);
   return ok;
 }
 
