@@ -210,6 +210,7 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
   fprintf(f, "# decode tokens/s at context depth: one block per model and precision "
              "(gnuplot index), columns depth tokens_s\n");
   char titles[32][64];
+  int colour[32], prec_of[32];
   int blocks = 0, max_depth = 0;
   double ylo = 0, yhi = 0;
   for (int i = 0; i < n; i++)
@@ -225,6 +226,8 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
       }
       char t[48];
       gp_title(t, sizeof t, m[i].preset);
+      colour[blocks] = i + 1;
+      prec_of[blocks] = p;
       snprintf(titles[blocks++], sizeof titles[0], "%s %s", t, p ? "int8" : "fp32");
     }
   if (!plot_close(f, dir, "depth.dat")) return false;
@@ -237,8 +240,10 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
   y_axis(f, "decode tokens/s", ylo, yhi);
   fprintf(f, "plot ");
   for (int b = 0; b < blocks; b++)
-    fprintf(f, "%s\"depth.dat\" index %d using 1:2 with linespoints lw 2 pt %d title \"%s\"",
-            b ? ", \\\n     " : "", b, 5 + 2 * (b % 6), titles[b]);
+    fprintf(f, "%s\"depth.dat\" index %d using 1:2 with linespoints lw 2 lc %d dt %d pt %d "
+               "title \"%s\"",
+            b ? ", \\\n     " : "", b, colour[b], prec_of[b] ? 1 : 2, prec_of[b] ? 7 : 5,
+            titles[b]);
   if (!blocks) fprintf(f, "NaN notitle");
   fprintf(f, "\n");
   if (!plot_close(f, dir, "depth.gp")) return false;
@@ -288,17 +293,18 @@ bool cli_plot_batches(const char *dir, const cli_plot_model_t *m, int n, const c
   gp_title(dev, sizeof dev, device ? device : "device");
   fprintf(f, "plot ");
   for (int b = 0; b < blocks; b++) {
-    fprintf(f, "%s\"batch.dat\" index %d using 1:2 with linespoints lw 2 pt %d title "
+    /* one colour per model; solid = measured, dashed/dotted = projected */
+    fprintf(f, "%s\"batch.dat\" index %d using 1:2 with linespoints lw 2 lc %d pt 7 title "
                "\"%s CPU (measured)\"",
-            b ? ", \\\n     " : "", b, 5 + 2 * (b % 6), names[b]);
+            b ? ", \\\n     " : "", b, b + 1, names[b]);
     if (any_all)
-      fprintf(f, ", \\\n     \"batch.dat\" index %d using 1:3 with linespoints lw 2 dt 2 pt %d "
-                 "title \"%s on %s, all matmuls (projected)\"",
-              b, 4 + 2 * (b % 6), names[b], dev);
+      fprintf(f, ", \\\n     \"batch.dat\" index %d using 1:3 with linespoints lw 2 lc %d dt 2 "
+                 "pt 4 title \"%s on %s, all matmuls (projected)\"",
+              b, b + 1, names[b], dev);
     if (any_auto)
-      fprintf(f, ", \\\n     \"batch.dat\" index %d using 1:4 with linespoints lw 2 dt 3 pt %d "
-                 "title \"%s on %s, auto (projected)\"",
-              b, 4 + 2 * (b % 6), names[b], dev);
+      fprintf(f, ", \\\n     \"batch.dat\" index %d using 1:4 with linespoints lw 2 lc %d dt 3 "
+                 "pt 6 title \"%s on %s, auto (projected)\"",
+              b, b + 1, names[b], dev);
   }
   if (!blocks) fprintf(f, "NaN notitle");
   fprintf(f, "\n");
