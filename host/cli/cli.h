@@ -60,7 +60,7 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --mpi-timeout MS   longest wait for another rank (default 60000)\n"
 
 /* The session options shared by run and plan: --precision (fp32 | int8 | fp16 | bf16),
- * --attn (a pattern, tsr_attn_pattern_parse) and --kv (f32 | f16). Returns like
+ * --attn (a pattern, tsr_attn_pattern_parse) and --kv (f32 | f16 | q8). Returns like
  * cli_device_option. */
 int cli_session_option(const char *cmd, int argc, char **argv, int *i,
                        tsr_session_options_t *opts);
@@ -69,7 +69,8 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
   "                         dense | window:W[,sinks:S] | strided:S[,local:L] | topk:K,\n" \
   "                         sizes in blocks, optional ,block:B (keys per block, 16)\n"    \
   "      --kv T             the ref attention's KV cache: f32 (default) | f16 (half the\n" \
-  "                         memory and bytes per token; keys and values rounded)\n"
+  "                         memory and bytes per token; keys and values rounded) | q8\n" \
+  "                         (int8, a scale per position and head: a quarter)\n"
 
 /* Whether a token's piece is part of the text: not empty and not a lone
  * unprintable byte (as llama2.c prints). `tessera run` and the server's
@@ -125,6 +126,11 @@ typedef struct cli_bench_mpi {
   bool json;
 } cli_bench_mpi_t;
 int cli_bench_mpi(const cli_bench_mpi_t *o);
+/* `tessera bench --boards LIST|all` (or --offload-device SPEC with board=):
+ * the crossover per board profile (cmd_bench_offload.c), which parses the
+ * whole command line itself. Returns the exit code. */
+bool cli_bench_offload_wanted(int argc, char **argv);
+int cli_bench_offload(int argc, char **argv);
 
 /* Prints "tessera CMD: <status message>" and frees the status; returns 1. */
 int cli_fail(const char *cmd, tsr_status_t s);

@@ -158,8 +158,9 @@ int cli_session_option(const char *cmd, int argc, char **argv, int *i,
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(v, "f32")) opts->kv_type = TSR_KV_F32;
     else if (!strcmp(v, "f16")) opts->kv_type = TSR_KV_F16;
+    else if (!strcmp(v, "q8")) opts->kv_type = TSR_KV_Q8;
     else {
-      fprintf(stderr, "tessera %s: --kv: '%s' is not f32 or f16\n", cmd, v);
+      fprintf(stderr, "tessera %s: --kv: '%s' is not f32, f16 or q8\n", cmd, v);
       return -1;
     }
   } else if (!strcmp(a, "--attn")) {

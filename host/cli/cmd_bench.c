@@ -56,6 +56,8 @@ static void usage(FILE *f) {
           "  --offload-device SPEC  also project the int8 offload path onto this device\n"
           "                   (default fmodel: the kernel's cycle model, 16x16 at 300 MHz\n"
           "                   behind PCIe; sim for RTL cycles, slower; none to skip)\n"
+          "  --boards LIST    the crossover per board profile instead (names or all; also\n"
+          "                   --offload-device SPEC with board=): see bench --boards --help\n"
           "  -t, --threads N  threads (default: all)\n"
           "  --batch LIST     batched decode instead: for each size B (comma-separated,\n"
           "                   1..1024), B sequences on one int8 engine, each prefilled once\n"
@@ -1259,6 +1261,7 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
 }
 
 int tsr_cmd_bench(int argc, char **argv) {
+  if (cli_bench_offload_wanted(argc, argv)) return cli_bench_offload(argc, argv);
   const char *cmd = "bench";
   const char *models = "stories15M,stories110M", *dir = "build/bench", *off_dev = "fmodel";
   bool json = false, kernels = true, run_models = true, only_kernels = false;

@@ -288,6 +288,9 @@ typedef enum tsr_kv_type {
   TSR_KV_F16 = 1, /* fp16 (round to nearest even): half the memory and the
                      bytes read per decoded token; keys and values are
                      rounded, the arithmetic stays fp32                     */
+  TSR_KV_Q8 = 2,  /* int8 with one fp32 scale per position and KV head (the
+                     int8 path's quantization rule): a quarter of the bytes
+                     of fp32; rows widened to fp32 for the arithmetic      */
 } tsr_kv_type_t;
 
 /* Attention paths. TSR_ATTN_REFERENCE is the fp32 attention of the

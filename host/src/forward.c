@@ -79,10 +79,11 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   if (o.max_batch_rows < 0 || o.max_batch_rows > TSR_MAX_BATCH_ROWS)
     return TSR_ERR(OUT_OF_RANGE, "max_batch_rows %d outside [0, %d]", o.max_batch_rows,
                    TSR_MAX_BATCH_ROWS);
-  if (o.kv_type != TSR_KV_F32 && o.kv_type != TSR_KV_F16)
+  if (o.kv_type != TSR_KV_F32 && o.kv_type != TSR_KV_F16 && o.kv_type != TSR_KV_Q8)
     return TSR_ERR(INVALID_ARGUMENT, "kv_type: unknown value %d", (int)o.kv_type);
-  if (o.kv_type == TSR_KV_F16 && c->head_dim > TSR_ATTN_MAX_HEAD_DIM)
-    return TSR_ERR(OUT_OF_RANGE, "kv_type fp16: head_dim %d exceeds %d", c->head_dim,
+  if (o.kv_type != TSR_KV_F32 && c->head_dim > TSR_ATTN_MAX_HEAD_DIM)
+    return TSR_ERR(OUT_OF_RANGE, "kv_type %s: head_dim %d exceeds %d",
+                   o.kv_type == TSR_KV_F16 ? "fp16" : "int8", c->head_dim,
                    TSR_ATTN_MAX_HEAD_DIM);
   if (o.mpi_depth < 0 || o.mpi_depth > 1024)
     return TSR_ERR(OUT_OF_RANGE, "mpi_depth %d outside [0, 1024]", o.mpi_depth);
@@ -150,6 +151,14 @@ tsr_status_t tsr_seq_create(tsr_engine_t *e, tsr_seq_t **out) {
       s->value_cache16 = calloc(n, sizeof(uint16_t));
       if (!s->key_cache16 || !s->value_cache16)
         st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: fp16 KV cache of %zu values", 2 * n);
+    } else if (e->kv_type == TSR_KV_Q8) {
+      const size_t rows = n / (size_t)c->head_dim;
+      s->key_cache8 = calloc(n, 1);
+      s->value_cache8 = calloc(n, 1);
+      s->key_scale8 = calloc(rows, sizeof(float));
+      s->value_scale8 = calloc(rows, sizeof(float));
+      if (!s->key_cache8 || !s->value_cache8 || !s->key_scale8 || !s->value_scale8)
+        st = TSR_ERR(RESOURCE_EXHAUSTED, "sequence: int8 KV cache of %zu values", 2 * n);
     } else {
       s->key_cache = calloc(n, sizeof(float));
       s->value_cache = calloc(n, sizeof(float));
@@ -193,6 +202,10 @@ void tsr_seq_destroy(tsr_seq_t *s) {
   free(s->value_cache);
   free(s->key_cache16);
   free(s->value_cache16);
+  free(s->key_cache8);
+  free(s->value_cache8);
+  free(s->key_scale8);
+  free(s->value_scale8);
   free(s);
 }
 
@@ -296,6 +309,7 @@ typedef struct {
   const int32_t *block_row;   /* (blocks) first row of each block  */
   int32_t layer;
   f16_row_fn f16; /* the cache is fp16: its rows converted with this */
+  bool q8;        /* the cache is int8 (TSR_KV_Q8) */
 } attn_args_t;
 
 /* q . k over n floats in 8 independent lanes (vectorized by the compiler;
@@ -321,6 +335,13 @@ static inline __attribute__((always_inline)) void axpy(float *restrict y,
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; l++) y[i + l] += w * x[i + l];
   for (; i < n; i++) y[i] += w * x[i];
+}
+
+/* int8 cache rows to fp32 (exact; the compiler vectorizes it). */
+static inline __attribute__((always_inline)) void widen_i8(float *restrict dst,
+                                                          const int8_t *restrict src,
+                                                          int32_t n) {
+  for (int32_t i = 0; i < n; i++) dst[i] = (float)src[i];
 }
 
 /* fp16 cache rows to fp32 (exact either way). */
@@ -379,9 +400,11 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   for (int32_t p = 0; p <= last; p++) {
     const size_t at = loff + hoff + (size_t)p * hs;
     const float *k = s->key_cache + at;
+    float ks = 1.0f; /* int8: the dot of the widened row, times the row's scale */
     if (a->f16) a->f16(kf, s->key_cache16 + at, hs), k = kf;
+    if (a->q8) widen_i8(kf, s->key_cache8 + at, hs), k = kf, ks = s->key_scale8[at / hs];
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
-      att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) / scale;
+      att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) * ks / scale;
   }
   float *xb[TSR_ATTN_ROW_BLOCK];
   for (int32_t j = 0; j < nb; j++) {
@@ -392,9 +415,11 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   for (int32_t p = 0; p <= last; p++) {
     const size_t at = loff + hoff + (size_t)p * hs;
     const float *v = s->value_cache + at;
+    float vs = 1.0f;
     if (a->f16) a->f16(kf, s->value_cache16 + at, hs), v = kf;
+    if (a->q8) widen_i8(kf, s->value_cache8 + at, hs), v = kf, vs = s->value_scale8[at / hs];
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
-      axpy(xb[j], v, att[(size_t)j * ms + (size_t)p], hs);
+      axpy(xb[j], v, att[(size_t)j * ms + (size_t)p] * vs, hs);
   }
 }
 
@@ -549,6 +574,13 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
                 }
                 continue;
               }
+              if (o->kv_type == TSR_KV_Q8) {
+                tsr_quantize_rows(s->key_cache8 + at, s->key_scale8 + at / (size_t)hs,
+                                  k + from, 1, hs);
+                tsr_quantize_rows(s->value_cache8 + at, s->value_scale8 + at / (size_t)hs,
+                                  v + from, 1, hs);
+                continue;
+              }
               memcpy(s->key_cache + at, k + from, sizeof(float) * (size_t)hs);
               memcpy(s->value_cache + at, v + from, sizeof(float) * (size_t)hs);
             }
@@ -571,7 +603,7 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             o->attn_block_row[n_blocks++] = pe[e].row0 + t;
           }
         attn_args_t aa = {o, pe, o->attn_block_entry, o->attn_block_row, n->layer,
-                          o->kv_f16_row};
+                          o->kv_f16_row, o->kv_type == TSR_KV_Q8};
         /* Waking workers costs microseconds: only worth it for enough work. */
         double work = 0;
         for (int e = 0; e < n_e; e++)

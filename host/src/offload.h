@@ -103,9 +103,12 @@ struct tsr_seq {
   int32_t pos;        /* positions in the cache */
   int32_t max_seq;
   /* reference attention: (layers, n_kv_heads, max_seq, head_dim) each, a
-   * head's positions read in order; fp32, or fp16 (TSR_KV_F16) */
+   * head's positions read in order; fp32, fp16 (TSR_KV_F16) or int8
+   * (TSR_KV_Q8, with a scale per row of head_dim values) */
   float *key_cache, *value_cache;
   uint16_t *key_cache16, *value_cache16;
+  int8_t *key_cache8, *value_cache8;
+  float *key_scale8, *value_scale8; /* (layers, n_kv_heads, max_seq) */
   /* int8 attention: host copy per layer, device copy where planned */
   tsr_attn_cache_t *kv8;     /* (n_layers) */
   tsr_hal_buffer_t *kv_buf;  /* (n_layers) */
