@@ -75,6 +75,8 @@ void fz_exercise_model(tsr_model_t *m, unsigned flags) {
   so.max_seq = c.seq_len < 8 ? c.seq_len : 8;
   so.max_batch_rows = 1;
   if (flags & 1) so.precision = TSR_PRECISION_INT8;
+  else if (flags & 4) so.precision = flags & 8 ? TSR_PRECISION_BF16 : TSR_PRECISION_FP16;
+  if (flags & 16) so.kv_type = TSR_KV_Q8;
   if (flags & 2) {
     so.attn.kind = TSR_ATTN_DENSE;
     so.attn.block = 4;

@@ -36,7 +36,9 @@ static inline void fz_ignore(tsr_status_t s) { tsr_status_free(s); }
 
 /* End to end on a loaded model: tokenize a short text, create a session
  * (context of at most 8 positions, one row per pass; int8 weights when
- * flags & 1, int8 block-sparse attention when flags & 2) and evaluate one
+ * flags & 1, else fp16 (bf16 with flags & 8) when flags & 4; int8
+ * block-sparse attention when flags & 2; the int8 KV cache when flags & 16)
+ * and evaluate one
  * token, then decode the pieces of the logits' best token. Aborts when the
  * library returns something a caller could not use (logits missing). */
 void fz_exercise_model(tsr_model_t *m, unsigned flags);
