@@ -1,6 +1,7 @@
 /* kernel_model.c - functional and timing model of the tessera kernel. */
 #include "driver/kernel_model.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,13 +29,6 @@ void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-static uint64_t bytes_to_cycles(const tsr_km_timing_t *t, uint64_t bytes) {
-  double bw = t->mem_bytes_per_cycle > 0 ? t->mem_bytes_per_cycle : 1.0;
-  double c = (double)bytes / bw;
-  uint64_t ci = (uint64_t)c;
-  return ci + ((double)ci < c ? 1 : 0);
-}
-
 /* Geometry with zero fields replaced by the defaults. */
 static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, uint64_t *bus,
                      uint64_t *kc) {
@@ -60,7 +54,7 @@ static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, u
  * Excess over the compute time is counted as stall, as CYC_STALL does. */
 uint64_t tsr_km_launch_cycles(const tsr_km_timing_t *t) {
   (void)t;
-  return 4;
+  return 1;
 }
 
 static void add_fetch(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
@@ -73,94 +67,238 @@ void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
   acc->cycles += 2;
 }
 
-/* One class of steps that share lengths and loads. */
-static void add_steps(const tsr_km_timing_t *t, uint64_t count, bool load_a, bool load_w,
-                      uint64_t mlen, uint64_t nlen, uint64_t kc, bool gemv, bool last,
-                      uint64_t nch, tsr_km_estimate_t *acc) {
-  if (!count) return;
-  uint64_t rows, cols, bus, kchunk;
-  geometry(t, &rows, &cols, &bus, &kchunk);
-  uint64_t segs = (load_a ? mlen : 0) + (load_w ? nlen : 0);
-  /* Each channel streams its own rows; the busiest one (channel 0: the A
-   * rows and its share of W) sets the step's memory time. */
-  uint64_t ch0 = (load_a ? mlen : 0) + (load_w ? div_up(nlen, nch) : 0);
-  uint64_t mem = bytes_to_cycles(t, ch0 * div_up(kc, bus) * bus);
-  /* The loader issues a step's segments (about a cycle each) only once
-   * a buffer slot is free, i.e. when the step before starts computing; the
-   * data then needs the memory latency: a floor on the step time when
-   * neither compute nor bandwidth is the limit. */
-  uint64_t loader = segs ? 3 + segs + t->mem_latency : 3;
-  uint64_t comp = gemv ? div_up(kc, rows) : kc;
-  /* A tile's last step captures into the output bank, which must have been
-   * drained by the writer (about two cycles per row) since the previous
-   * capture; the array pipeline adds a few cycles. */
-  uint64_t drain = 2 * (gemv ? 1 : mlen) + 9;
-  uint64_t busy = last ? (comp + 3 > drain ? comp + 3 : drain) : comp;
-  uint64_t step = busy;
-  if (mem > step) step = mem;
-  if (loader > step) step = loader;
-  acc->cycles += count * step;
-  acc->stall_cycles += count * (step - comp);
+/* ---- the step pipeline, cycle by cycle in outline ----
+ * A GEMM descriptor is played through the engines of hw/rtl/tsr_core.sv
+ * with the RTL's handshake timing, one event per segment and step:
+ *   loader   LPrep waits for free buffer slots, then offers one segment per
+ *            operand row; a read master takes one every second cycle (its
+ *            AR goes out the cycle after), at most MaxOutstanding (16) in
+ *            flight per port; LPush and LNext follow the last one;
+ *   memory   a burst's first beat comes `latency` cycles after its AR, the
+ *            beats of one channel in order at its bandwidth (channel 0 also
+ *            carries the writes); a segment is done with its last beat (one
+ *            cycle later when an unaligned tail needs a flush beat);
+ *   compute  a step starts once its segments are done and the step before
+ *            issues its last reduction step; it issues one reduction step a
+ *            cycle (GEMM: one k; GEMV: rows k's); a tile's last step waits
+ *            until the writer has drained the previous tile;
+ *   writer   four cycles after that last step the bank is loaded; each row
+ *            is one request to the write master (one cycle, then one cycle
+ *            per beat); the barrier waits for the last write response.
+ * CYC_STALL counts the cycles with no step issuing while steps are pending,
+ * as the RTL does. */
+#define KM_MAX_PORTS 64
+#define KM_OUTSTANDING 16
+
+typedef struct {
+  double chan;                      /* next beat may come at this cycle */
+  double tok;                       /* bandwidth tokens at `chan`, bytes */
+  double ready;                     /* the read master takes a segment  */
+  double done[KM_OUTSTANDING];      /* completion of the last segments  */
+  unsigned head;
+} km_port_t;
+
+typedef struct {
+  const tsr_km_timing_t *t;
+  double beat;                      /* cycles per beat on a channel     */
+  double lat;
+  uint64_t bus;
+  km_port_t port[KM_MAX_PORTS];
+  double last_done;                 /* latest segment completion        */
+} km_sim_t;
+
+/* One segment of len bytes at addr through port p, offered at cycle c;
+ * returns the cycle of its handshake. */
+static double km_segment(km_sim_t *s, unsigned p, uint64_t addr, uint64_t len, double c) {
+  km_port_t *pt = &s->port[p];
+  if (c < pt->ready) c = pt->ready;
+  double slot = pt->done[pt->head] + 1; /* the meta FIFO entry this one reuses */
+  if (c < slot) c = slot;
+  uint64_t off = addr % s->bus;
+  uint64_t nin = (off + len + s->bus - 1) / s->bus;
+  uint64_t page = 4096 - addr % 4096;
+  int bursts = (off + len > page) ? 2 : 1; /* a segment crossing a page */
+  double first = c + 1 + s->lat;
+  if (first < pt->chan) first = pt->chan;
+  double end;
+  if (s->beat <= 1) {
+    end = first + (double)(nin - 1);
+  } else {
+    /* A narrow channel's bucket holds two beats: after an idle spell the
+     * first beats come one a cycle, then one every `beat` cycles. */
+    double bw = (double)s->bus / s->beat, cap = 2.0 * (double)s->bus;
+    double t0 = pt->tok + (first - pt->chan) * bw;
+    if (t0 > cap) t0 = cap;
+    double fast = floor((t0 - (double)s->bus) / ((double)s->bus - bw)) + 1;
+    if (fast < 1) fast = 1;
+    if (fast > (double)nin) fast = (double)nin;
+    end = first + (fast - 1) + ((double)nin - fast) * s->beat;
+    double left = t0 + (end - first) * bw - (double)nin * (double)s->bus;
+    pt->tok = left > 0 ? left : 0;
+  }
+  uint64_t nout = (len + s->bus - 1) / s->bus;
+  bool flush = off && nout == nin; /* R held a cycle for the last word */
+  pt->chan = end + s->beat + (flush ? 1 : 0);
+  double done = end + (flush ? 1 : 0);
+  pt->done[pt->head] = done;
+  pt->head = (pt->head + 1) % KM_OUTSTANDING;
+  pt->ready = c + 1 + bursts;
+  if (done > s->last_done) s->last_done = done;
+  return c;
 }
 
-static uint64_t ports_of(const tsr_km_timing_t *t) { return t->ports > 1 ? t->ports : 1; }
+/* Writes of one tile's rows from cycle c; returns the cycle of the last
+ * request's handshake, *resp the cycle of its write response. */
+static double km_write_rows(km_sim_t *s, uint64_t c_addr, uint64_t ldc, uint64_t rows,
+                            uint64_t row_bytes, double c, double *wfree, double *resp) {
+  km_port_t *ch0 = &s->port[0];
+  double h = c;
+  for (uint64_t r = 0; r < rows; r++) {
+    if (h < *wfree) h = *wfree;
+    uint64_t a = c_addr + r * ldc;
+    uint64_t nb = (a % s->bus + row_bytes + s->bus - 1) / s->bus;
+    double b = h + 1;
+    /* W beats share channel 0's bandwidth: each delays the reads queued
+     * there by one beat; on an idle channel it is free (the token bucket
+     * holds two beats). */
+    for (uint64_t i = 0; i < nb; i++) {
+      if (ch0->chan > b) ch0->chan += s->beat;
+      b += s->beat; /* a narrow channel paces the writes too */
+    }
+    *wfree = b;
+    *resp = b + s->lat / 2 + 1;
+    if (r + 1 < rows) h = h + 1;
+  }
+  return *wfree - 1;
+}
 
-static void estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
-                          uint64_t nch, tsr_km_estimate_t *acc) {
+typedef struct {
+  uint64_t cycles, stall;
+} km_desc_time_t;
+
+/* Cycles of one GEMM from the loader's start to the end of its barrier. */
+static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d, double t0) {
+  uint64_t rows, cols, bus, kchunk;
+  geometry(t, &rows, &cols, &bus, &kchunk);
+  km_sim_t s;
+  memset(&s, 0, sizeof s);
+  s.t = t;
+  s.bus = bus;
+  s.lat = t->mem_latency;
+  s.beat = (double)bus / (t->mem_bytes_per_cycle > 0 ? t->mem_bytes_per_cycle : 1.0);
+  if (s.beat < 1) s.beat = 1;
+  for (unsigned p = 0; p < KM_MAX_PORTS; p++)
+    for (unsigned i = 0; i < KM_OUTSTANDING; i++) s.port[p].done[i] = -1e18;
+  uint64_t nch = d->w_nch > 1 ? d->w_nch : 1;
+  if (nch > KM_MAX_PORTS) nch = KM_MAX_PORTS;
+  uint64_t m = d->m, n = d->n, k = d->k;
+  bool gemv = m * cols < bus;
+  uint64_t mrows = gemv ? 1 : rows;
+  bool kfits = k <= kchunk;
+
+  double L = t0;                    /* loader in LPrep                     */
+  double slot_a[2] = {0, 0}, slot_w[2] = {0, 0}; /* free from this cycle   */
+  int sa = 0, sw = 0;
+  double prev_f = t0;               /* finishing cycle of the last step    */
+  bool any = false;
+  double out_free = 0;              /* output bank free (writer drained)   */
+  double wfree = 0, resp = 0;
+  double stall = 0;
+  double lanes = (double)(gemv ? rows : 1);
+  for (uint64_t m0 = 0; m0 < m; m0 += mrows) {
+    uint64_t ml = gemv ? 1 : (m - m0 < rows ? m - m0 : rows);
+    for (uint64_t n0 = 0; n0 < n; n0 += cols) {
+      uint64_t nl = n - n0 < cols ? n - n0 : cols;
+      for (uint64_t k0 = 0; k0 < k; k0 += kchunk) {
+        uint64_t kc = k - k0 < kchunk ? k - k0 : kchunk;
+        bool reuse_a = kfits && n0 != 0;
+        bool reuse_w = kfits && n <= cols && m0 != 0;
+        int na = reuse_a ? sa : !sa, nw = reuse_w ? sw : !sw;
+        if (!reuse_a && L < slot_a[na]) L = slot_a[na];
+        if (!reuse_w && L < slot_w[nw]) L = slot_w[nw];
+        sa = na, sw = nw;
+        double c = L + 1, last_hs = L;
+        bool segs = false;
+        if (!reuse_a)
+          for (uint64_t r = 0; r < ml; r++) {
+            last_hs = km_segment(&s, 0, d->a_addr + (m0 + r) * d->lda + k0, kc, c);
+            c = last_hs + 1;
+            segs = true;
+          }
+        if (!reuse_w)
+          for (uint64_t j = 0; j < nl; j++) {
+            unsigned p = nch > 1 ? (unsigned)(j % nch) : 0;
+            last_hs = km_segment(&s, p, tsr_desc_w_row(d, (uint32_t)(n0 + j)) + k0, kc, c);
+            c = last_hs + 1;
+            segs = true;
+          }
+        double pushed = segs ? last_hs + 1 : L + 1; /* LPush */
+        L = pushed + 2;                             /* LNext, then LPrep */
+        /* compute: record visible after LPush, data seen a cycle after
+         * the last segment's completion */
+        double ready = pushed + 1;
+        if (segs && ready < s.last_done + 1) ready = s.last_done + 1;
+        double start = ready > prev_f ? ready : prev_f;
+        if (any && start > prev_f) stall += start - prev_f;
+        if (!any && start > t0) stall += start - t0 - 1; /* cycles before the first */
+        uint64_t comp = gemv ? (kc + rows - 1) / rows : kc;
+        double f = start + (double)comp;
+        bool last = k0 + kc == k;
+        if (last && f < out_free) f = out_free;
+        (void)lanes;
+        prev_f = f;
+        any = true;
+        slot_a[sa] = f + 1;
+        slot_w[sw] = f + 1;
+        if (last) {
+          double h = km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
+                                   f + 5, &wfree, &resp);
+          out_free = h + 1;
+        }
+      }
+    }
+  }
+  double end = resp > prev_f ? resp : prev_f;
+  if (end < s.last_done) end = s.last_done;
+  km_desc_time_t r;
+  r.cycles = (uint64_t)(end - t0 + 0.999) + 1;
+  r.stall = (uint64_t)(stall + 0.5);
+  return r;
+}
+
+static void estimate_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
+                          tsr_km_estimate_t *acc) {
   add_fetch(t, acc);
   uint64_t rows, cols, bus, kchunk;
   geometry(t, &rows, &cols, &bus, &kchunk);
-  bool gemv = (uint64_t)m * cols < bus;
+  uint64_t m = d->m, n = d->n, k = d->k;
+  bool gemv = m * cols < bus;
   uint64_t mrows = gemv ? 1 : rows;
   uint64_t nmb = div_up(m, mrows), nnb = div_up(n, cols);
   bool reuse_a = k <= kchunk;             /* A loaded only at n block 0 */
   bool reuse_w = k <= kchunk && n <= cols; /* W loaded only at m block 0 */
+  acc->bytes_rd += (reuse_a ? 1 : nnb) * m * k + (reuse_w ? 1 : nmb) * n * k;
+  acc->bytes_wr += m * n * 4;
+  acc->macs += m * n * k;
+  km_desc_time_t tm = km_gemm_time(t, d, 0);
+  acc->cycles += tm.cycles;
+  acc->stall_cycles += tm.stall;
+}
 
-  /* Counters. */
-  acc->bytes_rd += (reuse_a ? 1 : nnb) * (uint64_t)m * k + (reuse_w ? 1 : nmb) * (uint64_t)n * k;
-  acc->bytes_wr += (uint64_t)m * n * 4;
-  acc->macs += (uint64_t)m * n * k;
+static uint64_t ports_of(const tsr_km_timing_t *t) { return t->ports > 1 ? t->ports : 1; }
 
-  /* Timing, by classes of blocks: full and remainder in m, n and k. */
-  struct cls { uint64_t count, len, first; };
-  struct cls mc[2] = {{m / mrows, mrows, 0}, {m % mrows ? 1 : 0, m % mrows, 0}};
-  struct cls nc[2] = {{n / cols, cols, 0}, {n % cols ? 1 : 0, n % cols, 0}};
-  struct cls kcl[2] = {{k / kchunk, kchunk, 0}, {k % kchunk ? 1 : 0, k % kchunk, 0}};
-  mc[mc[0].count ? 0 : 1].first = 1; /* which class holds block 0 */
-  nc[nc[0].count ? 0 : 1].first = 1;
-  for (int i = 0; i < 2; i++)
-    for (int j = 0; j < 2; j++)
-      for (int q = 0; q < 2; q++) {
-        uint64_t cm = mc[i].count, cn = nc[j].count, ck = kcl[q].count;
-        uint64_t all = cm * cn * ck;
-        if (!all) continue;
-        /* The last chunk of a tile is the remainder chunk if there is one. */
-        bool last = (q == 1) || kcl[1].count == 0;
-        uint64_t both, a_only = 0, w_only = 0;
-        if (!reuse_a) {
-          both = all;
-        } else if (!reuse_w) {
-          both = cm * nc[j].first * ck;
-          w_only = all - both;
-        } else {
-          both = mc[i].first * cn * ck;
-          a_only = all - both;
-        }
-        add_steps(t, both, true, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, nch, acc);
-        add_steps(t, a_only, true, false, mc[i].len, nc[j].len, kcl[q].len, gemv, last, nch,
-                  acc);
-        add_steps(t, w_only, false, true, mc[i].len, nc[j].len, kcl[q].len, gemv, last, nch,
-                  acc);
-      }
-  /* The first step waits for all its operands; at the end the array
-   * pipeline, the last write-back and the barrier. */
-  uint64_t k0 = k < kchunk ? k : kchunk;
-  uint64_t first_segs = mc[mc[0].count ? 0 : 1].len + nc[nc[0].count ? 0 : 1].len;
-  uint64_t first_ch0 = mc[mc[0].count ? 0 : 1].len + div_up(nc[nc[0].count ? 0 : 1].len, nch);
-  acc->cycles += t->mem_latency + bytes_to_cycles(t, first_ch0 * div_up(k0, bus) * bus) +
-                 first_segs;
-  uint64_t last_rows = gemv ? 1 : (m % mrows ? m % mrows : mrows);
-  acc->cycles += t->mem_latency / 2 + 2 * last_rows + 8;
+/* The layout a host gives packed operands: rows K bytes apart from 64-byte
+ * aligned buffers, W striped over nch channels. */
+static void estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
+                          uint64_t nch, tsr_km_estimate_t *acc) {
+  tsr_desc_t d = {TSR_OP_GEMM_I8_I32, 0, m, n, k, k, k, 4 * n, 0, 0, 0, 0, 0};
+  d.w_addr = ((uint64_t)m * k + 63) / 64 * 64;
+  if (nch > 1) {
+    d.w_nch = (uint32_t)nch;
+    d.w_cstride = (uint32_t)(((n + nch - 1) / nch * (uint64_t)k + 63) / 64 * 64);
+  }
+  d.c_addr = d.w_addr + (nch > 1 ? nch * d.w_cstride : ((uint64_t)n * k + 63) / 64 * 64);
+  estimate_desc(t, &d, acc);
 }
 
 void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
@@ -170,7 +308,7 @@ void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint
 
 void tsr_km_estimate_gemm_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
                                tsr_km_estimate_t *acc) {
-  estimate_gemm(t, d->m, d->n, d->k, d->w_nch > 1 ? d->w_nch : 1, acc);
+  estimate_desc(t, d, acc);
 }
 
 uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k) {

@@ -7,6 +7,7 @@
 #                            (WAVE_START, WAVE_END cycles; WAVE_DEPTH levels)
 #   make coverage            line + toggle coverage build, run, summary
 #   make iverilog-check      a small ring under iverilog vs the Verilator model
+#   $(BUILD)/rtl/tsr_cycle_check  model-vs-RTL cycles of given launches (see its header)
 #
 # Geometry: RTL_ROWS / RTL_COLS (default 16 x 16), RTL_PORTS read masters
 # (default 1), e.g. make rtl RTL_ROWS=32 RTL_COLS=32 RTL_PORTS=4 (a separate
@@ -119,3 +120,9 @@ iverilog-check: $(RTL_LIB) $(RTL_TEST)
 	  vvp -n $(IV_DIR)/tb.vvp +dir=$(IV_DIR) 2>/dev/null | grep '^tb:' | tee $(IV_DIR)/run.log; \
 	  grep -q 'tb: PASSED' $(IV_DIR)/run.log || exit 1; \
 	done
+
+# ---- the functional model's cycles next to the RTL's (sim/test/tsr_cycle_check.c) ----
+CYCLE_CHECK := $(BUILD)/rtl/tsr_cycle_check
+$(CYCLE_CHECK): sim/test/tsr_cycle_check.c sim/tsr_sim.h $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(TSR_CFLAGS) -Isim -o $@ $< $(STATIC_LIB) $(TSR_LIBS) -ldl

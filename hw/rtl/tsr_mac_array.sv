@@ -58,11 +58,17 @@ module tsr_mac_array #(
   end
 
   // GEMM operands: one byte per bank at idx_i, shared along a row / column.
-  // GEMV operands: lane r reads byte r of the Rows-byte slice idx_i / Rows,
-  // a small multiplexer per PE instead of a full byte select.
+  // GEMV operands: lane r reads byte r of the Rows-byte slice idx_i / Rows
+  // (idx_i is a multiple of Rows there), so each PE needs a multiplexer of
+  // only DataBytes / Rows inputs, written out with constant part selects so
+  // that synthesis never builds a shifter over the word.
   localparam int LogRows = $clog2(Rows);
-  logic [OffW-1:0] slice;
-  assign slice = idx_i >> LogRows;
+  localparam int Slices  = DataBytes / Rows;
+  localparam int SliceW  = (Slices > 1) ? $clog2(Slices) : 1;
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [SliceW-1:0] slice;
+  /* verilator lint_on UNUSEDSIGNAL */
+  assign slice = SliceW'(idx_i >> LogRows);   // unused when Slices == 1
 
   // Byte selects work on one bank word at a time (constant part select
   // first), so synthesis builds small multiplexers, not shifters over all
@@ -79,13 +85,19 @@ module tsr_mac_array #(
   for (genvar r = 0; r < Rows; r++) begin : g_row
     logic [7:0]      a_gemm, a_gemv;
     logic [DW-1:0]   a_word;
-    logic [OffW-1:0] lane_idx;        // byte r of slice `slice`
     logic            lane_ok;
     logic [7:0]      a_s_q;
-    assign lane_idx = OffW'(32'(slice) * Rows + r);
+    logic [Slices*8-1:0] a_lane;     // byte r of every slice of A word 0
+    for (genvar q = 0; q < Slices; q++) begin : g_alane
+      assign a_lane[q*8 +: 8] = a0_word[(q*Rows + r)*8 +: 8];
+    end
     assign a_word   = a_words_i[r*DW +: DW];
     assign a_gemm   = a_word[{idx_i, 3'b000} +: 8];
-    assign a_gemv   = a0_word[{lane_idx, 3'b000} +: 8];
+    if (Slices > 1) begin : g_asel
+      assign a_gemv = a_lane[{slice, 3'b000} +: 8];
+    end else begin : g_aone
+      assign a_gemv = a_lane;
+    end
     assign lane_ok = LaneW'(r) < lanes_i;
 
     always_ff @(posedge clk_i) begin
@@ -94,12 +106,18 @@ module tsr_mac_array #(
 
     for (genvar j = 0; j < Cols; j++) begin : g_col
       logic [7:0]         w_s_q, w_gemv;
-      logic [DW-1:0]      w_word;
+      logic [Slices*8-1:0] w_lane;   // byte r of every slice of W word j
       logic signed [15:0] prod_q;
       logic signed [31:0] acc_q, acc_d;
 
-      assign w_word = w_words_i[j*DW +: DW];
-      assign w_gemv = w_word[{lane_idx, 3'b000} +: 8];
+      for (genvar q = 0; q < Slices; q++) begin : g_wlane
+        assign w_lane[q*8 +: 8] = w_words_i[j*DW + (q*Rows + r)*8 +: 8];
+      end
+      if (Slices > 1) begin : g_wsel
+        assign w_gemv = w_lane[{slice, 3'b000} +: 8];
+      end else begin : g_wone
+        assign w_gemv = w_lane;
+      end
       always_ff @(posedge clk_i) begin
         if (v_i) w_s_q <= gemv_i ? w_gemv : w_col[j*8 +: 8];
       end
