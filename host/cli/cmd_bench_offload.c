@@ -306,7 +306,7 @@ static void placement(const tsr_proj_result_t *r, char *buf, size_t cap) {
 }
 
 typedef struct ob_row {
-  double cpu_meas, cpu_model, board, serial, speedup;
+  double cpu_meas, cpu_model, board, serial, all, speedup, all_speedup;
 } ob_row_t;
 
 static void project_row(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t *m, bool prefill,
@@ -319,9 +319,11 @@ static void project_row(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t 
   row->cpu_model = tokens / r->cpu_s;
   row->board = tokens / r->board_s;
   row->serial = tokens / r->serial_s;
+  row->all = tokens / r->all_s;
   const bool meas = prefill ? m->pre_measured[i] : m->dec_measured[i];
   row->cpu_meas = meas ? (prefill ? m->pre_tps[i] : m->dec_tps[i]) : 0;
   row->speedup = row->board / (meas ? row->cpu_meas : row->cpu_model);
+  row->all_speedup = row->all / (meas ? row->cpu_meas : row->cpu_model);
 }
 
 static bool write_plot(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t *ms, int n) {
@@ -409,9 +411,9 @@ static void print_board(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t 
          ports == 1 ? "" : "s", c->mem_bytes_per_cycle * c->clock_hz / 1e9,
          ports * c->mem_bytes_per_cycle * c->clock_hz / 1e9, c->link_bytes_per_s / 1e9,
          c->link_latency_s * 1e6, c->launch_latency_s * 1e6);
-  printf("  %-11s %8s %-7s %4s %12s %12s %12s %12s %8s %8s  %s\n", "model", "params", "phase",
-         "B", "cpu meas", "cpu model", "board", "board serl", "speedup", "launches",
-         "groups on the board");
+  printf("  %-11s %8s %-7s %4s %11s %11s %11s %11s %8s %11s %8s %8s  %s\n", "model", "params",
+         "phase", "B", "cpu meas", "cpu model", "board", "board serl", "speedup", "all on brd",
+         "all", "launches", "groups on the board (auto)");
   for (int k = 0; k < n; k++)
     for (int pf = 0; pf < 2; pf++)
       for (int i = 0; i < o->n_batches; i++) {
@@ -422,9 +424,10 @@ static void print_board(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t 
         if (row.cpu_meas > 0) snprintf(meas, sizeof meas, "%.1f", row.cpu_meas);
         else snprintf(meas, sizeof meas, "-");
         placement(&r, where, sizeof where);
-        printf("  %-11s %7.0fM %-7s %4d %12s %12.1f %12.1f %12.1f %7.2fx %8d  %s\n", ms[k].name,
-               ms[k].params_m, pf ? "prefill" : "decode", o->batches[i], meas, row.cpu_model,
-               row.board, row.serial, row.speedup, r.launches, where);
+        printf("  %-11s %7.0fM %-7s %4d %11s %11.1f %11.1f %11.1f %7.2fx %11.1f %7.2fx %8d  %s\n",
+               ms[k].name, ms[k].params_m, pf ? "prefill" : "decode", o->batches[i], meas,
+               row.cpu_model, row.board, row.serial, row.speedup, row.all, row.all_speedup,
+               r.launches, where);
       }
 }
 
@@ -605,7 +608,8 @@ int cli_bench_offload(int argc, char **argv) {
          o.reps, o.n_prompt, o.measure_max, o.measure ? "" : " [not run: --no-measure]",
          large ? " (7B light ops scaled from large's)" : "");
   printf("board: projected (cycle model on the shapes, launches queued ahead; 'board serl' "
-         "without the queue); speedup = board / cpu meas (cpu model where not measured)\n");
+         "without the queue), each group where it pays (the auto policy); 'all on brd' every "
+         "group on the board; speedups over cpu meas (cpu model where not measured)\n");
   for (int d = 0; d < n_devs; d++) {
     print_board(&o, &devs[d], ms, n_models);
     if (o.plot && !write_plot(&o, &devs[d], ms, n_models)) {

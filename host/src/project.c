@@ -77,7 +77,7 @@ void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
   /* the host's light work of a pass, in front of each of the 4 groups of
    * every layer (and of the classifier: none, the final norm is in it) */
   const double h = s->layers > 0 ? light_s / (4.0 * s->layers) : 0;
-  double host = 0, board = 0, serial = 0;
+  double host = 0, board = 0, serial = 0, all = 0;
   for (int i = 0; i < 5; i++) {
     const bool cls = i == 4;
     const int32_t k = cls ? s->dim : g[i].k;
@@ -90,6 +90,10 @@ void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
     const bool pays = dev + xfer < c;
     const double reps = cls ? 1 : s->layers, before = cls ? 0 : h;
     host += reps * (c + before);
+    {
+      const double lat = caps->launch_latency_s;
+      all += reps * (before + (lat > before ? lat - before : 0) + dev - lat + xfer);
+    }
     if (pays) {
       const double lat = caps->launch_latency_s, work = dev - lat + xfer;
       /* queued ahead: the launch's latency runs while the host does the
@@ -110,4 +114,5 @@ void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
   out->cpu_s = host;
   out->board_s = board;
   out->serial_s = serial;
+  out->all_s = all;
 }

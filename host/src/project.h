@@ -70,6 +70,7 @@ typedef struct tsr_proj_result {
                          launches queued ahead (ap_ctrl_chain)             */
   double serial_s;    /* the same placement, each launch's latency after
                          the host work before it (no queue)                */
+  double all_s;       /* every group on the device (--offload all), queued */
   int dev_groups;     /* groups of one layer on the device (of 4)          */
   bool classifier_on; /* the classifier on the device                      */
   bool on[4];         /* per group of a layer: qkv, o, gate+up, down       */
