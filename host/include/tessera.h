@@ -234,6 +234,9 @@ typedef struct tsr_model_config {
   float rope_theta;     /* RoPE frequency base                             */
   bool shared_classifier; /* output projection shares token embedding      */
   tsr_model_format_t format;
+  int32_t n_experts;      /* Mixture-of-Experts FFN: experts per layer (0 =
+                             a dense FFN of hidden_dim)                      */
+  int32_t n_experts_used; /* experts each token is routed to (top-k)         */
 } tsr_model_config_t;
 
 /* Loads a model file. `tokenizer_path` may be NULL for GGUF (the tokenizer

@@ -26,9 +26,14 @@
 /* Batch sizes an engine plans for: powers of two up to its rows per pass. */
 #define TSR_PLAN_MAX 16
 
+/* The resident copy of node n's weights on device dev (one per matmul
+ * node of the graph: each expert has its own). */
 static size_t weight_index(const tsr_exec_t *o, const tsr_node_t *n, int dev) {
-  int32_t layer = n->layer < 0 ? o->model->cfg.n_layers : n->layer;
-  return ((size_t)layer * TSR_MM_COUNT + n->role) * (size_t)o->n_devs + (size_t)dev;
+  return (size_t)(n - o->graph.nodes) * (size_t)o->n_devs + (size_t)dev;
+}
+
+static size_t weight_count(const tsr_exec_t *o) {
+  return (size_t)o->graph.n_nodes * (size_t)o->n_devs;
 }
 
 /* Widens the window [*lo, *hi) to cover buffer b. */
@@ -132,7 +137,7 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
 
 /* Releases the weights resident on device e. */
 static void release_weights(tsr_exec_t *o, int e) {
-  const size_t n_w = (size_t)(o->model->cfg.n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
+  const size_t n_w = weight_count(o);
   tsr_exec_dev_t *d = &o->devs[e];
   pthread_mutex_lock(&d->cd->lock);
   for (size_t i = (size_t)e; o->weights && o->weight_on && i < n_w; i += (size_t)o->n_devs) {
@@ -235,6 +240,19 @@ static tsr_status_t alloc_scratch(tsr_exec_t *o) {
   o->qa = malloc(R * widest_in);
   o->qa_scale = malloc(sizeof(float) * R);
   o->acc = malloc(sizeof(int32_t) * R * widest_out);
+  const size_t E = (size_t)c->n_experts;
+  if (E) {
+    o->route = malloc(sizeof(float) * R * E);
+    o->moe_in = malloc(sizeof(float) * R * (size_t)c->dim);
+    o->moe_out = malloc(sizeof(float) * R * (size_t)c->dim);
+    o->moe_rows = malloc(sizeof(int32_t) * R * E);
+    o->moe_w = malloc(sizeof(float) * R * E);
+    o->moe_count = calloc(E, sizeof(int32_t));
+    o->expert_rows = calloc(E * (size_t)c->n_layers, sizeof(uint64_t));
+    if (!o->route || !o->moe_in || !o->moe_out || !o->moe_rows || !o->moe_w ||
+        !o->moe_count || !o->expert_rows)
+      return TSR_ERR(RESOURCE_EXHAUSTED, "engine: expert routing for %zu rows", R);
+  }
   if (o->precision == TSR_PRECISION_BF16) {
     o->xh = malloc(sizeof(uint16_t) * R * widest_in);
     if (!o->xh) return TSR_ERR(RESOURCE_EXHAUSTED, "engine: bf16 activations for %zu rows", R);
@@ -267,13 +285,9 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
   o->window_bytes = opts->device_window_bytes;
   o->attn = opts->attn;
   o->n_devs = ctx->n_devs;
-  const size_t n_w = (size_t)(c->n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
   o->devs = calloc((size_t)o->n_devs, sizeof(tsr_exec_dev_t));
-  o->weights = calloc(n_w ? n_w : 1, sizeof(tsr_hal_buffer_t));
-  o->weight_on = calloc(n_w ? n_w : 1, sizeof(bool));
   tsr_status_t s = TSR_OK;
-  if (!o->devs || !o->weights || !o->weight_on)
-    s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: %d devices", o->n_devs);
+  if (!o->devs) s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: %d devices", o->n_devs);
   if (!s && o->attn.kind != TSR_ATTN_REFERENCE) {
     o->attn_dims = (tsr_attn_dims_t){c->n_heads, c->n_kv_heads, c->head_dim, o->max_seq,
                                      o->attn.block};
@@ -284,6 +298,13 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     if (!s && !o->attn_costs) s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: attention costs");
   }
   if (!s) s = tsr_graph_build(model, &o->graph);
+  if (!s) {
+    const size_t n_w = weight_count(o);
+    o->weights = calloc(n_w ? n_w : 1, sizeof(tsr_hal_buffer_t));
+    o->weight_on = calloc(n_w ? n_w : 1, sizeof(bool));
+    if (!o->weights || !o->weight_on)
+      s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: weights of %d devices", o->n_devs);
+  }
   if (!s) {
     size_staging(o);
     s = alloc_scratch(o);
@@ -351,7 +372,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
 void tsr_exec_destroy(tsr_exec_t *o) {
   if (!o) return;
   if (o->devs) {
-    const size_t n_w = (size_t)(o->model->cfg.n_layers + 1) * TSR_MM_COUNT * (size_t)o->n_devs;
+    const size_t n_w = weight_count(o);
     for (size_t i = 0; o->weights && o->weight_on && i < n_w; i++) {
       if (!o->weight_on[i]) continue;
       tsr_exec_dev_t *d = &o->devs[i % (size_t)o->n_devs];
@@ -394,6 +415,13 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   free(o->qa_scale);
   free(o->acc);
   free(o->xh);
+  free(o->route);
+  free(o->moe_in);
+  free(o->moe_out);
+  free(o->moe_rows);
+  free(o->moe_w);
+  free(o->moe_count);
+  free(o->expert_rows);
   pthread_mutex_destroy(&o->lock);
   free(o);
 }

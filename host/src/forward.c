@@ -489,6 +489,41 @@ static void light_run(const light_args_t *a, void (*fn)(void *, int, int)) {
                      (void *)a);
 }
 
+/* Routing of R rows (TSR_NODE_MOE_ROUTE): per row, the softmax of the
+ * router's logits, the n_experts_used largest (the lower index first on
+ * ties) and their probabilities divided by their sum; each expert's list of
+ * rows in row order. moe_out is cleared for the experts' sums. */
+static void moe_route(tsr_exec_t *o, int32_t layer, int32_t R) {
+  const tsr_model_config_t *c = &o->model->cfg;
+  const int32_t E = c->n_experts, K = c->n_experts_used;
+  memset(o->moe_count, 0, sizeof(int32_t) * (size_t)E);
+  memset(o->moe_out, 0, sizeof(float) * (size_t)R * (size_t)c->dim);
+  for (int32_t r = 0; r < R; r++) {
+    float *p = o->route + (size_t)r * E;
+    tsr_softmax(p, E);
+    int32_t pick[TSR_MODEL_MAX_EXPERTS];
+    float sum = 0;
+    for (int32_t k = 0; k < K; k++) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; e++) {
+        bool taken = false;
+        for (int32_t j = 0; j < k && !taken; j++) taken = pick[j] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      pick[k] = best;
+      sum += p[best];
+    }
+    for (int32_t k = 0; k < K; k++) {
+      const int32_t e = pick[k];
+      const int32_t at = o->moe_count[e]++;
+      o->moe_rows[(size_t)e * o->max_rows + at] = r;
+      o->moe_w[(size_t)e * o->max_rows + at] = p[e] / sum;
+    }
+  }
+  for (int32_t e = 0; e < E; e++)
+    o->expert_rows[(size_t)layer * E + e] += (uint64_t)o->moe_count[e];
+}
+
 int32_t tsr_graph_final_begin(const tsr_graph_t *g) {
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (tsr_node_is_final(&g->nodes[i])) return i;
@@ -510,7 +545,8 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
       [TSR_T_X] = o->x,     [TSR_T_XB] = o->xb,   [TSR_T_Q] = o->q,
       [TSR_T_K] = o->k,     [TSR_T_V] = o->v,     [TSR_T_ATT] = o->xb,
       [TSR_T_XB2] = o->xb2, [TSR_T_HB] = o->hb,   [TSR_T_HB2] = o->hb2,
-      [TSR_T_LOGITS] = o->logits};
+      [TSR_T_LOGITS] = o->logits, [TSR_T_ROUTE] = o->route, [TSR_T_MOE_IN] = o->moe_in,
+      [TSR_T_MOE_OUT] = o->moe_out};
   const tsr_offload_scratch_t sc = {o->qa, o->qa_scale, o->acc, o->xh};
   if (first == 0) {
     o->passes++;
@@ -520,12 +556,19 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
     const tsr_node_t *n = &g->nodes[i];
     const bool final = tsr_node_is_final(n); /* norm + classifier: logits rows */
     if (final && !n_logits) break;
+    /* an expert's nodes: on the rows routed to it, none when none is */
+    const int32_t rows = n->expert >= 0 ? o->moe_count[n->expert] : final ? n_logits : R;
+    if (!rows) continue;
     if (n->op == TSR_NODE_MATMUL) {
       if (n->group != i) continue; /* ran with its group's first node */
+      if (n->expert >= 0 && n->in == TSR_T_MOE_IN) /* gather the expert's rows */
+        for (int32_t j = 0; j < rows; j++)
+          memcpy(o->moe_in + (size_t)j * dim,
+                 o->xb + (size_t)o->moe_rows[(size_t)n->expert * o->max_rows + j] * dim,
+                 sizeof(float) * (size_t)dim);
       float *outs[8];
       for (int j = 0; j < n->group_size; j++) outs[j] = buf[g->nodes[i + j].out];
-      TSR_RETURN_IF(tsr_exec_matmul_group(o, plan, i, final ? n_logits : R, buf[n->in], outs,
-                                          &sc));
+      TSR_RETURN_IF(tsr_exec_matmul_group(o, plan, i, rows, buf[n->in], outs, &sc));
       continue;
     }
     double t0 = tsr_exec_op_begin(o, n);
@@ -618,8 +661,22 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
         break;
       }
       case TSR_NODE_SWIGLU: {
-        const light_args_t la = {o, n, pe, n_e, R};
+        const light_args_t la = {o, n, pe, n_e, rows};
         light_run(&la, swiglu_task);
+        break;
+      }
+      case TSR_NODE_MOE_ROUTE:
+        moe_route(o, n->layer, R);
+        break;
+      case TSR_NODE_MOE_COMBINE: {
+        const int32_t e = n->expert;
+        const int32_t *rr = o->moe_rows + (size_t)e * o->max_rows;
+        const float *ww = o->moe_w + (size_t)e * o->max_rows;
+        for (int32_t j = 0; j < rows; j++) {
+          float *dst = o->moe_out + (size_t)rr[j] * dim;
+          const float *src = o->xb2 + (size_t)j * dim;
+          for (int32_t t = 0; t < dim; t++) dst[t] += ww[j] * src[t];
+        }
         break;
       }
       case TSR_NODE_MATMUL:

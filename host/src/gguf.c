@@ -521,6 +521,18 @@ static tsr_status_t read_config(const gguf_ctx_t *g, tsr_model_config_t *c) {
                                                                 : 0;
   TSR_RETURN_IF(kv_int(g, "llama.vocab_size", false, dflt_vocab, 0, M, &v));
   c->vocab_size = (int32_t)v;
+  TSR_RETURN_IF(kv_int(g, "llama.expert_count", false, 0, 0, TSR_MODEL_MAX_EXPERTS, &v));
+  c->n_experts = (int32_t)v;
+  if (c->n_experts == 1)
+    return TSR_ERR(FORMAT, "%s: key 'llama.expert_count' at offset 0x%zx: 1 expert (0 for a "
+                   "dense FFN, else 2..%d)", g->what, find_kv(g, "llama.expert_count")->off,
+                   TSR_MODEL_MAX_EXPERTS);
+  if (c->n_experts) {
+    TSR_RETURN_IF(kv_int(g, "llama.expert_used_count", true, 0, 1, c->n_experts, &v));
+    c->n_experts_used = (int32_t)v;
+  } else if (find_kv(g, "llama.expert_used_count")) {
+    TSR_RETURN_IF(kv_int(g, "llama.expert_used_count", true, 0, 0, 0, &v));
+  }
   c->format = TSR_MODEL_FORMAT_GGUF;
   TSR_RETURN_IF(tsr_model_config_check(c, g->what));
   TSR_RETURN_IF(kv_int(g, "llama.rope.dimension_count", false, c->head_dim, 0, M, &v));
@@ -550,6 +562,27 @@ static tsr_status_t take_tensor(const gguf_ctx_t *g, const char *name, int64_t r
                    rows, shape);
   v->type = (tsr_dtype_t)t->type;
   v->rows = rows;
+  v->cols = cols;
+  v->data = g->data + g->data_start + t->rel;
+  return TSR_OK;
+}
+
+/* Finds the stacked experts `name`: ne = [cols, rows, experts] (a view of
+ * experts * rows rows). */
+static tsr_status_t take_experts(const gguf_ctx_t *g, const char *name, int64_t experts,
+                                 int64_t rows, int64_t cols, const char *shape,
+                                 tsr_tensor_view_t *v) {
+  const gguf_ti_t *t = find_ti(g, name);
+  if (!t) return TSR_ERR(NOT_FOUND, "%s: required tensor '%s' is missing", g->what, name);
+  if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != experts || t->ne[3] != 1)
+    return TSR_ERR(FORMAT,
+                   "%s: tensor '%s' (info at offset 0x%zx): shape [%" PRId64 ", %" PRId64
+                   ", %" PRId64 ", %" PRId64 "] does not match the config: expected "
+                   "ne = [%" PRId64 ", %" PRId64 ", %" PRId64 "] (%s, expert_count)",
+                   g->what, name, t->off, t->ne[0], t->ne[1], t->ne[2], t->ne[3], cols, rows,
+                   experts, shape);
+  v->type = (tsr_dtype_t)t->type;
+  v->rows = rows * experts;
   v->cols = cols;
   v->data = g->data + g->data_start + t->rel;
   return TSR_OK;
@@ -603,10 +636,23 @@ static tsr_status_t read_tensors(const gguf_ctx_t *g, tsr_model_file_t *out) {
         {"ffn_down", dim, hid, "hidden_dim, dim", &ly->w2},
         {"ffn_up", hid, dim, "dim, hidden_dim", &ly->w3},
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const size_t n_want = sizeof want / sizeof want[0] - (c->n_experts ? 3 : 0);
+    for (size_t i = 0; i < n_want; i++) {
       char name[64];
       snprintf(name, sizeof name, "blk.%d.%s.weight", l, want[i].suffix);
       TSR_RETURN_IF(take_tensor(g, name, want[i].rows, want[i].cols, want[i].shape, want[i].v));
+    }
+    if (c->n_experts) {
+      const int64_t E = c->n_experts;
+      char name[64];
+      snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", l);
+      TSR_RETURN_IF(take_tensor(g, name, E, dim, "dim, expert_count", &ly->router));
+      snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+      TSR_RETURN_IF(take_experts(g, name, E, hid, dim, "dim, hidden_dim", &ly->w1));
+      snprintf(name, sizeof name, "blk.%d.ffn_down_exps.weight", l);
+      TSR_RETURN_IF(take_experts(g, name, E, dim, hid, "hidden_dim, dim", &ly->w2));
+      snprintf(name, sizeof name, "blk.%d.ffn_up_exps.weight", l);
+      TSR_RETURN_IF(take_experts(g, name, E, hid, dim, "dim, hidden_dim", &ly->w3));
     }
   }
   out->tensors = calloc((size_t)g->n_tensors + 1, sizeof *out->tensors);

@@ -6,7 +6,9 @@
 
 const char *tsr_mm_role_name(tsr_mm_role_t r) {
   static const char *const names[TSR_MM_COUNT] = {
-      "attn_q", "attn_k", "attn_v", "attn_out", "ffn_gate", "ffn_up", "ffn_down", "output"};
+      "attn_q",       "attn_k",        "attn_v",      "attn_out",     "ffn_gate",
+      "ffn_up",       "ffn_down",      "output",      "ffn_gate_inp", "ffn_gate_exps",
+      "ffn_up_exps",  "ffn_down_exps"};
   return (unsigned)r < TSR_MM_COUNT ? names[r] : "?";
 }
 
@@ -20,14 +22,17 @@ const char *tsr_node_op_name(tsr_node_op_t op) {
     case TSR_NODE_ATTENTION: return "attention";
     case TSR_NODE_ADD: return "add";
     case TSR_NODE_SWIGLU: return "swiglu";
+    case TSR_NODE_MOE_ROUTE: return "moe_route";
+    case TSR_NODE_MOE_COMBINE: return "moe_combine";
     case TSR_NODE_OP_COUNT: break;
   }
   return "?";
 }
 
 const char *tsr_tensor_name(tsr_tensor_id_t t) {
-  static const char *const names[TSR_T_COUNT] = {"x", "xb", "q", "k", "v", "att",
-                                                  "xb2", "hb", "hb2", "logits"};
+  static const char *const names[TSR_T_COUNT] = {"x",   "xb",  "q",      "k",     "v",
+                                                  "att", "xb2", "hb",     "hb2",   "logits",
+                                                  "route", "moe_in", "moe_out"};
   return (unsigned)t < TSR_T_COUNT ? names[t] : "?";
 }
 
@@ -45,6 +50,7 @@ static tsr_node_t *push(builder_t *b, tsr_node_op_t op, int32_t layer, tsr_tenso
   n->in = in;
   n->out = out;
   n->group = b->g->n_nodes - 1;
+  n->expert = -1;
   return n;
 }
 
@@ -67,7 +73,7 @@ static void push_group(builder_t *b, int32_t layer, tsr_tensor_id_t in, int coun
 tsr_status_t tsr_graph_build(const tsr_model_t *m, tsr_graph_t *out) {
   memset(out, 0, sizeof(*out));
   const int32_t L = m->cfg.n_layers;
-  builder_t b = {out, 1 + L * 16 + 2};
+  builder_t b = {out, 1 + L * (16 + 6 * m->cfg.n_experts) + 2};
   out->nodes = calloc((size_t)b.cap, sizeof(tsr_node_t));
   if (!out->nodes) return TSR_ERR(RESOURCE_EXHAUSTED, "graph: %d nodes", b.cap);
   /* this process's layers only (a pipeline rank), the ends on rank 0 */
@@ -88,6 +94,29 @@ tsr_status_t tsr_graph_build(const tsr_model_t *m, tsr_graph_t *out) {
     push_group(&b, l, TSR_T_ATT, 1, o, o_w, o_out);
     push(&b, TSR_NODE_ADD, l, TSR_T_XB2, TSR_T_X);
     push(&b, TSR_NODE_RMSNORM, l, TSR_T_X, TSR_T_XB)->norm_w = w->rms_ffn;
+    if (w->n_experts) {
+      const tsr_mm_role_t r[1] = {TSR_MM_ROUTER};
+      const tsr_linear_t *r_w[1] = {&w->router};
+      const tsr_tensor_id_t r_out[1] = {TSR_T_ROUTE};
+      push_group(&b, l, TSR_T_XB, 1, r, r_w, r_out);
+      push(&b, TSR_NODE_MOE_ROUTE, l, TSR_T_ROUTE, TSR_T_MOE_OUT);
+      for (int32_t e = 0; e < w->n_experts; e++) {
+        const int32_t first = out->n_nodes;
+        const tsr_mm_role_t egu[2] = {TSR_MM_EXP_GATE, TSR_MM_EXP_UP};
+        const tsr_linear_t *egu_w[2] = {&w->exp_gate[e], &w->exp_up[e]};
+        const tsr_tensor_id_t egu_out[2] = {TSR_T_HB, TSR_T_HB2};
+        push_group(&b, l, TSR_T_MOE_IN, 2, egu, egu_w, egu_out);
+        push(&b, TSR_NODE_SWIGLU, l, TSR_T_HB2, TSR_T_HB);
+        const tsr_mm_role_t ed[1] = {TSR_MM_EXP_DOWN};
+        const tsr_linear_t *ed_w[1] = {&w->exp_down[e]};
+        const tsr_tensor_id_t ed_out[1] = {TSR_T_XB2};
+        push_group(&b, l, TSR_T_HB, 1, ed, ed_w, ed_out);
+        push(&b, TSR_NODE_MOE_COMBINE, l, TSR_T_XB2, TSR_T_MOE_OUT);
+        for (int32_t i = first; i < out->n_nodes; i++) out->nodes[i].expert = e;
+      }
+      push(&b, TSR_NODE_ADD, l, TSR_T_MOE_OUT, TSR_T_X);
+      continue;
+    }
     const tsr_mm_role_t gu[2] = {TSR_MM_GATE, TSR_MM_UP};
     const tsr_linear_t *gu_w[2] = {&w->w1, &w->w3};
     const tsr_tensor_id_t gu_out[2] = {TSR_T_HB, TSR_T_HB2};

@@ -32,6 +32,11 @@ typedef enum tsr_node_op {
                          per sequence over its own cache             */
   TSR_NODE_ADD,       /* x += in                                      */
   TSR_NODE_SWIGLU,    /* gate = silu(gate) * up                       */
+  TSR_NODE_MOE_ROUTE, /* per row: softmax of the router's logits, the top
+                         n_experts_used experts and their weights
+                         (renormalized over them); moe_out = 0        */
+  TSR_NODE_MOE_COMBINE, /* moe_out[row] += weight * in, the rows routed
+                           to the node's expert                       */
   TSR_NODE_OP_COUNT
 } tsr_node_op_t;
 
@@ -47,12 +52,16 @@ typedef enum tsr_tensor_id {
   TSR_T_HB,     /* FFN gate (hidden)            */
   TSR_T_HB2,    /* FFN up (hidden)              */
   TSR_T_LOGITS, /* logits of the rows that asked for them (vocab) */
+  TSR_T_ROUTE,  /* router logits (n_experts)    */
+  TSR_T_MOE_IN, /* the rows routed to one expert, gathered (dim) */
+  TSR_T_MOE_OUT, /* weighted sum of the experts' outputs (dim) */
   TSR_T_COUNT
 } tsr_tensor_id_t;
 
 /* Matmul roles; also the names used by --place. */
 typedef enum tsr_mm_role {
   TSR_MM_Q, TSR_MM_K, TSR_MM_V, TSR_MM_O, TSR_MM_GATE, TSR_MM_UP, TSR_MM_DOWN, TSR_MM_OUTPUT,
+  TSR_MM_ROUTER, TSR_MM_EXP_GATE, TSR_MM_EXP_UP, TSR_MM_EXP_DOWN, /* mixture of experts */
   TSR_MM_COUNT
 } tsr_mm_role_t;
 
@@ -63,6 +72,7 @@ const char *tsr_tensor_name(tsr_tensor_id_t t);
 typedef struct tsr_node {
   tsr_node_op_t op;
   int32_t layer;      /* -1 for the embedding and the classifier  */
+  int32_t expert;     /* the expert whose rows it runs on, else -1 */
   tsr_tensor_id_t in, out;
   /* matmul only */
   tsr_mm_role_t role;
@@ -77,6 +87,10 @@ typedef struct tsr_graph {
   tsr_node_t *nodes;
   int32_t n_nodes;
 } tsr_graph_t;
+
+/* Mixture of experts: the nodes of an expert (its gate/up group, swiglu,
+ * down, combine) run on the rows routed to it (gathered into moe_in), and
+ * are skipped when none is. */
 
 /* Builds the graph of `m`. */
 tsr_status_t tsr_graph_build(const tsr_model_t *m, tsr_graph_t *out);

@@ -75,6 +75,11 @@ typedef struct tsr_layer {
   tsr_linear_t w1;      /* gate (hidden_dim, dim)     */
   tsr_linear_t w2;      /* down (dim, hidden_dim)     */
   tsr_linear_t w3;      /* up   (hidden_dim, dim)     */
+  /* Mixture of experts (n_experts > 0; w1, w2, w3 unused): the router and
+   * each expert's gate, down and up, views of the file's stacked tensors */
+  int32_t n_experts;
+  tsr_linear_t router;  /* (n_experts, dim) */
+  tsr_linear_t *exp_gate, *exp_down, *exp_up; /* (n_experts) each */
 } tsr_layer_t;
 
 /* Tokenizer: llama2.c-style BPE over the vocabulary with byte fallback. */

@@ -128,6 +128,36 @@ static tsr_status_t linear_init(tsr_linear_t *l, const tsr_tensor_view_t *v, con
   return TSR_OK;
 }
 
+/* Rows [r0, r0 + rows) of a view, as a view. */
+static tsr_tensor_view_t view_rows(const tsr_tensor_view_t *v, int64_t r0, int64_t rows) {
+  tsr_tensor_view_t out = *v;
+  uint64_t off = 0;
+  (void)tsr_dtype_nbytes(v->type, (uint64_t)(r0 * v->cols), &off); /* the loader checked it */
+  out.data = (const uint8_t *)v->data + off;
+  out.rows = rows;
+  return out;
+}
+
+/* The router and the experts of a MoE layer. */
+static tsr_status_t experts_init(tsr_layer_t *y, const tsr_layer_views_t *v, int32_t n) {
+  y->n_experts = n;
+  y->exp_gate = calloc((size_t)n, sizeof(tsr_linear_t));
+  y->exp_down = calloc((size_t)n, sizeof(tsr_linear_t));
+  y->exp_up = calloc((size_t)n, sizeof(tsr_linear_t));
+  if (!y->exp_gate || !y->exp_down || !y->exp_up)
+    return TSR_ERR(RESOURCE_EXHAUSTED, "%d experts", n);
+  TSR_RETURN_IF(linear_init(&y->router, &v->router, "ffn_gate_inp"));
+  const int64_t hid = v->w1.rows / n, dim = v->w2.rows / n;
+  for (int32_t e = 0; e < n; e++) {
+    tsr_tensor_view_t g = view_rows(&v->w1, e * hid, hid), d = view_rows(&v->w2, e * dim, dim),
+                      u = view_rows(&v->w3, e * hid, hid);
+    TSR_RETURN_IF(linear_init(&y->exp_gate[e], &g, "ffn_gate_exps"));
+    TSR_RETURN_IF(linear_init(&y->exp_down[e], &d, "ffn_down_exps"));
+    TSR_RETURN_IF(linear_init(&y->exp_up[e], &u, "ffn_up_exps"));
+  }
+  return TSR_OK;
+}
+
 static void linear_free(tsr_linear_t *l) {
   free(l->f32_owned);
   free(l->f16_owned);
@@ -172,9 +202,13 @@ tsr_status_t tsr_model_load(tsr_context_t *ctx, const char *path, const char *to
     if (!s) s = linear_init(&y->wk, &v->wk, "attn_k");
     if (!s) s = linear_init(&y->wv, &v->wv, "attn_v");
     if (!s) s = linear_init(&y->wo, &v->wo, "attn_output");
-    if (!s) s = linear_init(&y->w1, &v->w1, "ffn_gate");
-    if (!s) s = linear_init(&y->w2, &v->w2, "ffn_down");
-    if (!s) s = linear_init(&y->w3, &v->w3, "ffn_up");
+    if (!s && m->cfg.n_experts) {
+      s = experts_init(y, v, m->cfg.n_experts);
+    } else {
+      if (!s) s = linear_init(&y->w1, &v->w1, "ffn_gate");
+      if (!s) s = linear_init(&y->w2, &v->w2, "ffn_down");
+      if (!s) s = linear_init(&y->w3, &v->w3, "ffn_up");
+    }
     if (s) s = tsr_status_annotate(s, "layer %d", l);
   }
   if (!s) s = tsr_tokenizer_init(&m->tok, &f->vocab);
@@ -200,6 +234,15 @@ void tsr_model_destroy(tsr_model_t *m) {
       linear_free(&y->w1);
       linear_free(&y->w2);
       linear_free(&y->w3);
+      linear_free(&y->router);
+      for (int32_t e = 0; e < y->n_experts; e++) {
+        if (y->exp_gate) linear_free(&y->exp_gate[e]);
+        if (y->exp_down) linear_free(&y->exp_down[e]);
+        if (y->exp_up) linear_free(&y->exp_up[e]);
+      }
+      free(y->exp_gate);
+      free(y->exp_down);
+      free(y->exp_up);
     }
     free(m->layers);
   }
@@ -310,9 +353,15 @@ static tsr_status_t half_linear(tsr_model_t *m, tsr_linear_t *l, bool bf16, cons
       if (!(s)) s = CALL(&y_->wk, "attn_k", l_);                      \
       if (!(s)) s = CALL(&y_->wv, "attn_v", l_);                      \
       if (!(s)) s = CALL(&y_->wo, "attn_output", l_);                 \
-      if (!(s)) s = CALL(&y_->w1, "ffn_gate", l_);                    \
-      if (!(s)) s = CALL(&y_->w2, "ffn_down", l_);                    \
-      if (!(s)) s = CALL(&y_->w3, "ffn_up", l_);                      \
+      if (!(s) && !y_->n_experts) s = CALL(&y_->w1, "ffn_gate", l_);  \
+      if (!(s) && !y_->n_experts) s = CALL(&y_->w2, "ffn_down", l_);  \
+      if (!(s) && !y_->n_experts) s = CALL(&y_->w3, "ffn_up", l_);    \
+      if (!(s) && y_->n_experts) s = CALL(&y_->router, "ffn_gate_inp", l_); \
+      for (int32_t e_ = 0; e_ < y_->n_experts && !(s); e_++) {        \
+        s = CALL(&y_->exp_gate[e_], "ffn_gate_exps", l_);             \
+        if (!(s)) s = CALL(&y_->exp_down[e_], "ffn_down_exps", l_);   \
+        if (!(s)) s = CALL(&y_->exp_up[e_], "ffn_up_exps", l_);       \
+      }                                                               \
     }                                                                 \
     if (!(s) && (m)->ends) s = CALL(&(m)->output, "output", -1);      \
   } while (0)

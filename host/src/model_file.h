@@ -63,6 +63,10 @@ typedef struct tsr_layer_views {
   tsr_tensor_view_t w1;      /* gate (hidden_dim, dim)         */
   tsr_tensor_view_t w2;      /* down (dim, hidden_dim)         */
   tsr_tensor_view_t w3;      /* up   (hidden_dim, dim)         */
+  /* Mixture of experts (n_experts > 0): w1, w2, w3 hold the experts
+   * stacked, expert e's rows at [e * rows, (e + 1) * rows) of each
+   * (n_experts * hidden_dim or n_experts * dim rows); the router: */
+  tsr_tensor_view_t router;  /* (n_experts, dim)               */
 } tsr_layer_views_t;
 
 /* The vocabulary, in llama2.c's form: pieces with "\xe2\x96\x81" already
@@ -116,6 +120,9 @@ tsr_status_t tsr_llama2c_vocab_parse(const uint8_t *data, size_t size,
 #define TSR_GGUF_MAGIC "GGUF"
 
 /* ---- limits shared by both formats ---- */
+
+/* Experts per layer at most. */
+#define TSR_MODEL_MAX_EXPERTS 256
 
 /* Any single dimension above this is treated as corrupt, not as a model. */
 #define TSR_MODEL_MAX_DIM (1 << 20)

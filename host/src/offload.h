@@ -181,6 +181,14 @@ struct tsr_engine {
   float *qa_scale;
   int32_t *acc;
   uint16_t *xh;
+  /* mixture of experts (n_experts > 0): router logits (R, E), the rows of
+   * one expert gathered (R, dim), the experts' weighted sum (R, dim); per
+   * expert the rows routed to it, their weights and their count */
+  float *route, *moe_in, *moe_out;
+  int32_t *moe_rows; /* (E, R) */
+  float *moe_w;      /* (E, R) */
+  int32_t *moe_count; /* (E) */
+  uint64_t *expert_rows; /* (n_layers, E) rows routed, all passes */
   struct tsr_dist_engine *dist; /* its mirror on the other MPI ranks (dist.c), or NULL */
 };
 

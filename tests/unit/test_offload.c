@@ -297,7 +297,7 @@ static void test_groups_equal_naive(void) {
     for (int j = 0; j < cnt; j++)
       outs[j] = malloc(sizeof(float) * R * (size_t)e->graph.nodes[i + j].n);
     tsr_offload_scratch_t sc = {malloc((size_t)R * (size_t)k), malloc(sizeof(float) * R),
-                                malloc(sizeof(int32_t) * R * (size_t)n_sum)};
+                                malloc(sizeof(int32_t) * R * (size_t)n_sum), NULL};
     TSR_ASSERT_OK(tsr_exec_matmul_group(e, pl, i, R, x, outs, &sc));
     /* the reference: the same activation quantization, a naive product */
     int8_t *xq = malloc((size_t)R * (size_t)k);
