@@ -59,6 +59,11 @@ tsr_status_t tsr_dio_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_comm
   (void)o;
   tsr_hal_device_t *h = d->cd->hal;
   double t0 = tsr_now_s();
+  if (d->done_s > 0) { /* the host's work since the last launch completed */
+    const double gap = (t0 - d->done_s) - (d->hal_s - d->done_hal_s);
+    const double lat = d->cd->caps.launch_latency_s;
+    d->launch_hidden_s += gap <= 0 ? 0 : gap < lat ? gap : lat;
+  }
   tsr_status_t s = h->vt->submit(h, cmd, fence);
   d->hal_s += tsr_now_s() - t0;
   d->submit_us = tsr_trace_now_us(o->ctx->trace);
@@ -86,6 +91,8 @@ tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, cons
     return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, res->err_index,
                    tsr_hal_hwerr_name(res->hw_status));
   d->launches++;
+  d->done_s = tsr_now_s();
+  d->done_hal_s = d->hal_s;
   d->cycles += res->cycles;
   d->tiles += res->desc_done;
   return TSR_OK;

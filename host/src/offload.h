@@ -87,6 +87,11 @@ typedef struct tsr_exec_dev {
   uint64_t tiles;            /* descriptors run */
   uint64_t rows;             /* matmul rows it computed */
   double submit_us;          /* trace: when the launch in flight was queued */
+  /* launches queued ahead (ap_ctrl_chain): host time between a launch's
+   * completion and the next submit, less the backend's calls, hides up to
+   * one launch latency of the next launch (devio.c, report.c board_time) */
+  double done_s, done_hal_s;  /* when the last launch completed; hal_s then */
+  double launch_hidden_s;     /* launch latency hidden behind host work    */
 } tsr_exec_dev_t;
 
 /* Scratch of one forward pass (rows of the whole batch). */

@@ -165,7 +165,10 @@ static double board_time(const tsr_exec_dev_t *d, double *cycles_s, double *laun
                          double *link_s) {
   const tsr_hal_caps_t *c = &d->cd->caps;
   *cycles_s = d->timing.clock_hz > 0 ? (double)d->cycles / d->timing.clock_hz : 0;
-  *launch_s = (double)d->launches * c->launch_latency_s;
+  /* launches queued ahead (ap_ctrl_chain): the part of each launch's
+   * latency that the host's work before it covers does not add */
+  *launch_s = (double)d->launches * c->launch_latency_s - d->launch_hidden_s;
+  if (*launch_s < 0) *launch_s = 0;
   *link_s = (double)d->xfers * c->link_latency_s +
             (c->link_bytes_per_s > 0 ? (double)d->xfer_bytes / c->link_bytes_per_s : 0);
   /* the runtime's own host work around the launches counts; the time inside
@@ -264,10 +267,19 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
     double cyc_s, launch_s, link_s;
     (void)board_time(d, &cyc_s, &launch_s, &link_s);
     fprintf(f, "  projected on the board: device %.3f ms (cycles) + launches %.3f ms (%" PRIu64
-               " x %.0f us) + transfers %.3f ms (%" PRIu64 " copies, %" PRIu64
+               " x %.0f us, less %.3f ms hidden behind the host's work before them: queued "
+               "ahead, ap_ctrl_chain) + transfers %.3f ms (%" PRIu64 " copies, %" PRIu64
                " bytes, at %.1f GB/s + %.0f us each)\n",
-            cyc_s * 1e3, launch_s * 1e3, d->launches, c->launch_latency_s * 1e6, link_s * 1e3,
-            d->xfers, d->xfer_bytes, c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
+            cyc_s * 1e3, launch_s * 1e3, d->launches, c->launch_latency_s * 1e6,
+            d->launch_hidden_s * 1e3, link_s * 1e3, d->xfers, d->xfer_bytes,
+            c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
+    const int32_t layers = o->model->layer1 - o->model->layer0;
+    if (o->passes && layers > 0)
+      fprintf(f, "  launches: %.2f per evaluation, %.2f per evaluation and layer (%d layers; a "
+                 "decode evaluation is one token per sequence), %.3f per row evaluated\n",
+              (double)d->launches / (double)o->passes,
+              (double)d->launches / (double)o->passes / layers, layers,
+              o->pass_rows ? (double)d->launches / (double)o->pass_rows : 0.0);
     const double per = d->launches ? 1e6 / (double)d->launches : 0.0;
     fprintf(f, "  host wall time waiting for it: %.3f ms%s\n", d->wait_wall_s * 1e3,
             strncmp(d->cd->spec, "sim", 3) ? "" : " (simulation time, not hardware time)");
