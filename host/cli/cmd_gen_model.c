@@ -14,6 +14,7 @@ static void usage(FILE *f) {
           "usage: tessera gen-model -o FILE.gguf --preset NAME [--type f32|f16|bf16|q8_0]\n"
           "                         [--seed S] [--dim N] [--hidden N] [--layers N]\n"
           "                         [--heads N] [--kv-heads N] [--vocab N] [--seq N]\n"
+          "                         [--experts N --experts-used K]\n"
           "\n"
           "Writes a standard llama GGUF v3 with a SentencePiece-style vocabulary and\n"
           "deterministic random weights. Explicit sizes override the preset's.\n"
@@ -23,6 +24,11 @@ static void usage(FILE *f) {
           "  stories15M    288   768   6   6   6  32000   256\n"
           "  stories110M   768  2048  12  12  12  32000  1024\n"
           "  large        2048  5632   8  32   4  32000  2048  (~0.42B parameters)\n"
+          "  moe260K       64    96   3   8   4    512   512  4 experts, 2 per token\n"
+          "  moe15M       288   768   6   6   6  32000   256  8 experts, 2 per token\n"
+          "\n"
+          "  --experts N         Mixture-of-Experts FFN of N experts of --hidden each\n"
+          "                      (Mixtral's tensors; 0 = dense); --experts-used K per token\n"
           "\n"
           "  -o, --output FILE   where to write (required)\n"
           "  --preset NAME       base shape (required)\n"
@@ -34,9 +40,10 @@ static void usage(FILE *f) {
 int tsr_cmd_gen_model(int argc, char **argv) {
   const char *cmd = argv[0], *out = NULL, *preset = NULL, *type = NULL;
   /* Overrides, -1 = keep the preset's value. */
-  int64_t dims[7] = {-1, -1, -1, -1, -1, -1, -1};
-  static const char *const dim_flags[7] = {"--dim",      "--hidden", "--layers", "--heads",
-                                           "--kv-heads", "--vocab",  "--seq"};
+  int64_t dims[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+  static const char *const dim_flags[9] = {"--dim",   "--hidden",  "--layers",
+                                           "--heads", "--kv-heads", "--vocab",
+                                           "--seq",   "--experts", "--experts-used"};
   uint64_t seed = 0;
   bool have_seed = false;
   for (int i = 1; i < argc; i++) {
@@ -55,14 +62,14 @@ int tsr_cmd_gen_model(int argc, char **argv) {
       have_seed = true;
     } else {
       int k = 0;
-      while (k < 7 && strcmp(a, dim_flags[k])) k++;
-      if (k == 7) {
+      while (k < 9 && strcmp(a, dim_flags[k])) k++;
+      if (k == 9) {
         fprintf(stderr, "tessera %s: unknown option '%s'\n", cmd, a);
         usage(stderr);
         return 2;
       }
       if (!(v = cli_value(cmd, argc, argv, &i)) ||
-          !cli_parse_i64(cmd, a, v, 1, 1 << 20, &dims[k]))
+          !cli_parse_i64(cmd, a, v, k == 7 ? 0 : 1, 1 << 20, &dims[k]))
         return 2;
     }
   }
@@ -92,9 +99,11 @@ int tsr_cmd_gen_model(int argc, char **argv) {
     }
   }
   if (have_seed) p.seed = seed;
-  int32_t *fields[7] = {&p.dim,     &p.hidden_dim, &p.n_layers, &p.n_heads,
-                        &p.n_kv_heads, &p.vocab_size, &p.seq_len};
-  for (int k = 0; k < 7; k++)
+  int32_t *fields[9] = {&p.dim,        &p.hidden_dim, &p.n_layers,  &p.n_heads,
+                        &p.n_kv_heads, &p.vocab_size, &p.seq_len,   &p.n_experts,
+                        &p.n_experts_used};
+  if (dims[7] > 1 && dims[8] < 0 && !p.n_experts_used) dims[8] = 2; /* top-2 by default */
+  for (int k = 0; k < 9; k++)
     if (dims[k] >= 0) *fields[k] = (int32_t)dims[k];
 
   struct timespec t0, t1;

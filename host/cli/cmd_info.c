@@ -42,6 +42,9 @@ static void print_model(const char *path, const tsr_model_file_t *mf) {
   printf("seq_len:      %d\n", c->seq_len);
   printf("rms_eps:      %g\n", (double)c->rms_eps);
   printf("rope_theta:   %g\n", (double)c->rope_theta);
+  if (c->n_experts)
+    printf("experts:      %d per layer, %d per token (FFN of hidden_dim each)\n", c->n_experts,
+           c->n_experts_used);
   printf("classifier:   %s\n", c->shared_classifier ? "shared with token embedding"
                                                     : "separate");
   printf("vocabulary:   %d tokens, bos %d, eos %d, unk %d, longest piece %d bytes\n",

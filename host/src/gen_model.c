@@ -37,12 +37,16 @@
 
 static const struct {
   const char *name;
-  int32_t dim, hidden, layers, heads, kv_heads, vocab, seq;
+  int32_t dim, hidden, layers, heads, kv_heads, vocab, seq, experts, experts_used;
 } presets[] = {
-    {"stories260K", 64, 172, 5, 8, 4, 512, 512},
-    {"stories15M", 288, 768, 6, 6, 6, 32000, 256},
-    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024},
-    {"large", 2048, 5632, 8, 32, 4, 32000, 2048},
+    {"stories260K", 64, 172, 5, 8, 4, 512, 512, 0, 0},
+    {"stories15M", 288, 768, 6, 6, 6, 32000, 256, 0, 0},
+    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024, 0, 0},
+    {"large", 2048, 5632, 8, 32, 4, 32000, 2048, 0, 0},
+    /* Mixture of experts: stories shapes, 4 experts of 96 (top 2) and 8 of
+     * 768 (top 2: a token computes 2/8 of the FFN weights) */
+    {"moe260K", 64, 96, 3, 8, 4, 512, 512, 4, 2},
+    {"moe15M", 288, 768, 6, 6, 6, 32000, 256, 8, 2},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -62,6 +66,8 @@ tsr_status_t tsr_gen_preset(const char *name, tsr_gen_params_t *p) {
       p->n_kv_heads = presets[i].kv_heads;
       p->vocab_size = presets[i].vocab;
       p->seq_len = presets[i].seq;
+      p->n_experts = presets[i].experts;
+      p->n_experts_used = presets[i].experts_used;
       p->type = TSR_DTYPE_F32;
       p->seed = 42;
       return TSR_OK;
@@ -253,7 +259,8 @@ static void vocab_builder_free(vocab_builder_t *b) {
 
 typedef struct gen_tensor {
   char name[64];
-  int64_t rows, cols;
+  int64_t rows, cols; /* rows of all experts for stacked experts */
+  int64_t experts;    /* > 0: a 3-D tensor of that many (rows / experts, cols) */
   uint32_t type;
   bool norm;
 } gen_tensor_t;
@@ -313,6 +320,12 @@ static tsr_status_t check_params(const char *path, const tsr_gen_params_t *p,
                    "%s: vocab_size = %d is outside [%d, %d] (3 special and 256 byte "
                    "tokens come first)",
                    path, p->vocab_size, GEN_MIN_VOCAB, GEN_MAX_VOCAB);
+  if (p->n_experts < 0 || p->n_experts == 1 || p->n_experts > TSR_MODEL_MAX_EXPERTS)
+    return TSR_ERR(OUT_OF_RANGE, "%s: n_experts = %d is not 0 (dense) or in [2, %d]", path,
+                   p->n_experts, TSR_MODEL_MAX_EXPERTS);
+  if (p->n_experts && (p->n_experts_used < 1 || p->n_experts_used > p->n_experts))
+    return TSR_ERR(OUT_OF_RANGE, "%s: n_experts_used = %d is outside [1, n_experts %d]", path,
+                   p->n_experts_used, p->n_experts);
   if (p->type != TSR_DTYPE_F32 && p->type != TSR_DTYPE_F16 && p->type != TSR_DTYPE_BF16 &&
       p->type != TSR_DTYPE_Q8_0)
     return TSR_ERR(INVALID_ARGUMENT, "%s: type %d is not F32, F16, BF16 or Q8_0", path,
@@ -341,6 +354,10 @@ static tsr_status_t write_file(FILE *f, const char *path, const tsr_gen_params_t
   tsr_gguf_kv_f32(w, "llama.rope.freq_base", 10000.0f);
   tsr_gguf_kv_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
   tsr_gguf_kv_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
+  if (p->n_experts) {
+    tsr_gguf_kv_u32(w, "llama.expert_count", (uint32_t)p->n_experts);
+    tsr_gguf_kv_u32(w, "llama.expert_used_count", (uint32_t)p->n_experts_used);
+  }
   tsr_gguf_kv_str(w, "tokenizer.ggml.model", "llama");
   tsr_gguf_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vb->pieces,
                       (uint64_t)vb->n);
@@ -354,7 +371,8 @@ static tsr_status_t write_file(FILE *f, const char *path, const tsr_gen_params_t
 
   const int64_t dim = c->dim, hid = c->hidden_dim, V = c->vocab_size;
   const int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
-  const size_t n_t = 2 + 9 * (size_t)c->n_layers;
+  const int64_t E = p->n_experts;
+  const size_t n_t = 2 + (E ? 10 : 9) * (size_t)c->n_layers;
   gen_tensor_t *ts = calloc(n_t, sizeof *ts);
   if (!ts) return TSR_ERR(RESOURCE_EXHAUSTED, "%s: out of memory", path);
   size_t k = 0;
@@ -366,19 +384,27 @@ static tsr_status_t write_file(FILE *f, const char *path, const tsr_gen_params_t
     } global[] = {{"token_embd", 4, 1}, {"output_norm", 0, 1}},
       block[] = {{"attn_norm", 0, 1},   {"attn_q", 1, 1},   {"attn_k", 2, 1},
                  {"attn_v", 2, 1},      {"attn_output", 1, 1}, {"ffn_norm", 0, 1},
-                 {"ffn_gate", 3, 1},    {"ffn_down", 1, 3}, {"ffn_up", 3, 1}};
-    const int64_t size_of[5] = {1, dim, kv_dim, hid, V};
-    const size_t n_here = l < 0 ? 2 : 9;
+                 {"ffn_gate", 3, 1},    {"ffn_down", 1, 3}, {"ffn_up", 3, 1}},
+      moe[] = {{"attn_norm", 0, 1},      {"attn_q", 1, 1},        {"attn_k", 2, 1},
+               {"attn_v", 2, 1},         {"attn_output", 1, 1},   {"ffn_norm", 0, 1},
+               {"ffn_gate_inp", 5, 1},   {"ffn_gate_exps", 3, 1}, {"ffn_down_exps", 1, 3},
+               {"ffn_up_exps", 3, 1}};
+    const int64_t size_of[6] = {1, dim, kv_dim, hid, V, E};
+    const size_t n_here = l < 0 ? 2 : E ? 10 : 9;
     for (size_t j = 0; j < n_here; j++, k++) {
-      const char *suffix = l < 0 ? global[j].suffix : block[j].suffix;
-      const int ri = l < 0 ? global[j].rows : block[j].rows;
-      const int ci = l < 0 ? global[j].cols : block[j].cols;
+      const char *suffix = l < 0 ? global[j].suffix : E ? moe[j].suffix : block[j].suffix;
+      const int ri = l < 0 ? global[j].rows : E ? moe[j].rows : block[j].rows;
+      const int ci = l < 0 ? global[j].cols : E ? moe[j].cols : block[j].cols;
       if (l < 0)
         snprintf(ts[k].name, sizeof ts[k].name, "%s.weight", suffix);
       else
         snprintf(ts[k].name, sizeof ts[k].name, "blk.%d.%s.weight", l, suffix);
       ts[k].rows = size_of[ri];
       ts[k].cols = size_of[ci];
+      if (E && l >= 0 && j >= 7) { /* the stacked experts */
+        ts[k].experts = E;
+        ts[k].rows *= E;
+      }
       ts[k].norm = ri == 0;
       ts[k].type = ts[k].norm ? TSR_DTYPE_F32 : (uint32_t)p->type;
       if (ts[k].type == TSR_DTYPE_Q8_0 && ts[k].cols % TSR_Q8_0_BLOCK)
@@ -387,8 +413,10 @@ static tsr_status_t write_file(FILE *f, const char *path, const tsr_gen_params_t
   }
   int64_t max_cols = 0;
   for (size_t i = 0; i < n_t; i++) {
-    int64_t ne[2] = {ts[i].cols, ts[i].rows};
-    tsr_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].norm ? 1 : 2, ne);
+    int64_t ne[3] = {ts[i].cols, ts[i].rows, 1};
+    int nd = ts[i].norm ? 1 : 2;
+    if (ts[i].experts) ne[1] = ts[i].rows / ts[i].experts, ne[2] = ts[i].experts, nd = 3;
+    tsr_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, nd, ne);
     if (ts[i].cols > max_cols) max_cols = ts[i].cols;
   }
   const int64_t chunk = max_cols > (1 << 16) ? max_cols : (1 << 16);

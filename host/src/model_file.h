@@ -151,12 +151,15 @@ char *tsr_piece_from_spm(const uint8_t *s, size_t len);
 typedef struct tsr_gen_params {
   char preset[32];
   int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
-  tsr_dtype_t type; /* F32, F16 or Q8_0 for the 2-D weights */
+  tsr_dtype_t type; /* F32, F16, BF16 or Q8_0 for the 2-D weights */
   uint64_t seed;
+  /* > 0: a Mixture-of-Experts FFN of n_experts experts of hidden_dim each,
+   * n_experts_used per token (Mixtral's tensors and keys) */
+  int32_t n_experts, n_experts_used;
 } tsr_gen_params_t;
 
 /* Fills *p from a preset name: "stories260K", "stories15M", "stories110M",
- * "large" (see gen_model.c). NOT_FOUND lists the known names. */
+ * "large", and the MoE "moe260K", "moe15M" (see gen_model.c). NOT_FOUND lists the known names. */
 tsr_status_t tsr_gen_preset(const char *name, tsr_gen_params_t *p);
 /* Writes a standard llama GGUF v3 file with deterministic random weights and
  * a llama (SentencePiece-style) vocabulary. Validates dimensions. */
