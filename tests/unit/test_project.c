@@ -1,0 +1,131 @@
+/*
+ * test_project.c - the offload cost model (host/src/project.h) against
+ * figures worked out here from the boards' data-sheet numbers: the CPU
+ * roofline, a decode GEMV on the U280 streaming at its 32 HBM channels'
+ * 460 GB/s and on one DDR4 bank at 19.2 GB/s, the three copies of a launch,
+ * and the overlap of queued launches with the host's light ops.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver/board.h"
+#include "host/src/plan.h"
+#include "host/src/project.h"
+#include "tsr_test.h"
+
+static void board_device(const char *name, tsr_hal_caps_t *caps, tsr_km_timing_t *t) {
+  tsr_board_t b;
+  memset(caps, 0, sizeof *caps);
+  TSR_ASSERT_OK(tsr_board_load(name, &b));
+  tsr_board_apply_caps(&b, caps);
+  caps->max_dim = 65535;
+  tsr_km_timing_init(t);
+  t->rows = caps->array_rows;
+  t->cols = caps->array_cols;
+  t->mem_bytes_per_cycle = caps->mem_bytes_per_cycle;
+  t->clock_hz = caps->clock_hz;
+  t->ports = caps->mem_ports;
+}
+
+static void test_cpu_roofline(void) {
+  const tsr_cpu_profile_t p = {40e9, 300e9};
+  CU_ASSERT_DOUBLE_EQUAL(tsr_proj_cpu_matmul_s(&p, 1, 4096, 4096), 4096.0 * 4096 / 40e9, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(tsr_proj_cpu_matmul_s(&p, 512, 4096, 4096),
+                         512.0 * 4096 * 4096 / 300e9, 1e-12);
+  setenv("TSR_CPU_PROFILE", "12.5,250", 1);
+  tsr_cpu_profile_t e;
+  bool set = false;
+  TSR_ASSERT_OK(tsr_proj_cpu_profile_env(&e, &set));
+  CU_ASSERT_TRUE(set);
+  CU_ASSERT_DOUBLE_EQUAL(e.weight_bytes_per_s, 12.5e9, 1);
+  CU_ASSERT_DOUBLE_EQUAL(e.int8_macs_per_s, 250e9, 1);
+  setenv("TSR_CPU_PROFILE", "12.5", 1);
+  TSR_ASSERT_ERR(tsr_proj_cpu_profile_env(&e, &set), TSR_STATUS_INVALID_ARGUMENT,
+                 "TSR_CPU_PROFILE '12.5': expected GBPS,GMACS");
+  setenv("TSR_CPU_PROFILE", "0,1", 1);
+  TSR_ASSERT_ERR(tsr_proj_cpu_profile_env(&e, &set), TSR_STATUS_INVALID_ARGUMENT, "'0,1'");
+  unsetenv("TSR_CPU_PROFILE");
+  TSR_ASSERT_OK(tsr_proj_cpu_profile_env(&e, &set));
+  CU_ASSERT_FALSE(set);
+}
+
+/* A decode GEMV (one row, 11008 x 4096 int8 weights) streams at the
+ * board's summed channel bandwidth: within 15 % above bytes / bandwidth
+ * (the loader issues a step's 33 segments and waits the memory latency
+ * before the next, which at 32 channels is most of a step). */
+static void test_gemv_bandwidth(void) {
+  tsr_hal_caps_t c;
+  tsr_km_timing_t t;
+  const double bytes = 11008.0 * 4096;
+  board_device("u280", &c, &t);
+  double s = (double)tsr_proj_gemm_cycles(&t, 1, 11008, 4096) / t.clock_hz;
+  double ideal = bytes / 460e9;
+  printf("REPORT u280 GEMV 1x11008x4096: %.1f us modeled, %.1f us at 460 GB/s (%.1f%%)\n",
+         s * 1e6, ideal * 1e6, 100 * ideal / s);
+  CU_ASSERT_TRUE(s >= ideal * 0.999 && s <= ideal * 1.15);
+  board_device("pcie-ddr4", &c, &t);
+  s = (double)tsr_proj_gemm_cycles(&t, 1, 11008, 4096) / t.clock_hz;
+  ideal = bytes / 19.2e9;
+  CU_ASSERT_TRUE(s >= ideal * 0.999 && s <= ideal * 1.10);
+  board_device("u250", &c, &t);
+  s = (double)tsr_proj_gemm_cycles(&t, 1, 11008, 4096) / t.clock_hz;
+  ideal = bytes / 77e9;
+  CU_ASSERT_TRUE(s >= ideal * 0.999 && s <= ideal * 1.10);
+}
+
+static void test_group(void) {
+  tsr_hal_caps_t c;
+  tsr_km_timing_t t;
+  board_device("u280", &c, &t);
+  const int32_t ns[2] = {5632, 5632};
+  double dev = 0, xfer = 0;
+  tsr_proj_group(&c, &t, 1, 2048, ns, 2, &dev, &xfer);
+  /* one descriptor per member (N below the 4096-row chunk? no: 5632 is two
+   * chunks each), so 4 descriptors of 64 bytes; activations 2048 bytes up,
+   * 2 x 5632 int32 down; three copies of 25 us at 12 GB/s */
+  const double bytes = 2048.0 + 4 * 64 + 4.0 * 2 * 5632;
+  CU_ASSERT_DOUBLE_EQUAL(xfer, 3 * 25e-6 + bytes / 12e9, 1e-12);
+  const double cyc = (double)(tsr_proj_gemm_cycles(&t, 1, 5632, 2048) * 2) / t.clock_hz;
+  CU_ASSERT_DOUBLE_EQUAL(dev, 70e-6 + cyc, 1e-12);
+}
+
+/* One layer of a toy shape: the host time is the roofline of its seven
+ * matmuls and the classifier plus the light ops; with every group on the
+ * device, queued launches hide min(latency, light ops before them). */
+static void test_model_overlap(void) {
+  tsr_hal_caps_t c;
+  tsr_km_timing_t t;
+  board_device("u280", &c, &t);
+  const tsr_proj_shape_t s = {"toy", 4096, 11008, 1, 32, 32, 32000};
+  const tsr_cpu_profile_t slow = {1e9, 10e9}; /* every group pays on the U280 */
+  tsr_proj_result_t r;
+  const double light = 4 * 30e-6; /* 30 us before each of the 4 groups */
+  tsr_proj_model(&s, &c, &t, &slow, 1, light, &r);
+  const double w = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 32000.0 * 4096;
+  CU_ASSERT_DOUBLE_EQUAL(r.cpu_s, w / 1e9 + light, 1e-9);
+  CU_ASSERT_EQUAL(r.dev_groups, 4);
+  CU_ASSERT_TRUE(r.classifier_on);
+  CU_ASSERT_EQUAL(r.launches, 5);
+  /* serial pays the whole 70 us per launch; queued, 30 us of each of the
+   * 4 layer launches hide behind the light ops (none before the classifier) */
+  CU_ASSERT_DOUBLE_EQUAL(r.serial_s - r.board_s, 4 * 30e-6, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(r.all_s, r.board_s, 1e-12);
+  /* a CPU far faster than the link: nothing pays, the board is the CPU */
+  const tsr_cpu_profile_t fast = {1e15, 1e16};
+  tsr_proj_model(&s, &c, &t, &fast, 1, light, &r);
+  CU_ASSERT_EQUAL(r.launches, 0);
+  CU_ASSERT_DOUBLE_EQUAL(r.board_s, r.cpu_s, 1e-12);
+  CU_ASSERT_TRUE(r.all_s > r.cpu_s);
+}
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("project", NULL, NULL);
+  CU_add_test(s, "CPU roofline and TSR_CPU_PROFILE", test_cpu_roofline);
+  CU_add_test(s, "GEMV at the boards' channel bandwidth", test_gemv_bandwidth);
+  CU_add_test(s, "a group's launch, cycles and copies", test_group);
+  CU_add_test(s, "a layer: placement and queued launches", test_model_overlap);
+  return tsr_test_run_all();
+}
