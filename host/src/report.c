@@ -211,6 +211,29 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
   out->attn_rows = a->rows;
 }
 
+/* Mixture of experts: per layer, the rows routed to each expert and where
+ * its matmuls are placed (the plan of the largest batch). */
+static void print_experts(const tsr_exec_t *o, FILE *f) {
+  const tsr_model_config_t *c = &o->model->cfg;
+  if (!c->n_experts || !o->expert_rows || !o->n_plans) return;
+  const tsr_graph_t *g = &o->graph;
+  const tsr_plan_t *p = &o->plans[o->n_plans - 1];
+  fprintf(f, "experts: rows routed (%d of %d per row) and placement per layer\n",
+          c->n_experts_used, c->n_experts);
+  for (int32_t l = o->model->layer0; l < o->model->layer1; l++) {
+    fprintf(f, "  layer %d:", l);
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const tsr_node_t *n = &g->nodes[i];
+      if (n->layer != l || n->op != TSR_NODE_MATMUL || n->role != TSR_MM_EXP_GATE) continue;
+      char names[128];
+      fprintf(f, " %d:%" PRIu64 "@%s", n->expert,
+              o->expert_rows[(size_t)l * (size_t)c->n_experts + (size_t)n->expert],
+              place_name(o, &p->at[i], names, sizeof names));
+    }
+    fputc('\n', f);
+  }
+}
+
 void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
   fprintf(f, "\nstats: per op (all layers together), %" PRIu64 " evaluations of %.1f rows on "
              "average\n", o->passes, o->passes ? (double)o->pass_rows / (double)o->passes : 0.0);
@@ -241,6 +264,7 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             "-", o->light_s[op] * 1e3);
   }
   fprintf(f, "  * dev ms: device cycles at the device's stated clock (projected hardware time)\n");
+  print_experts(o, f);
   if (a->calls) {
     char pat[96];
     tsr_attn_pattern_format(&o->attn, pat, sizeof pat);
