@@ -25,6 +25,7 @@ void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {
   if (caps->array_cols) out->cols = caps->array_cols;
   if (caps->clock_hz > 0) out->clock_hz = caps->clock_hz;
   if (caps->mem_bytes_per_cycle > 0) out->mem_bytes_per_cycle = caps->mem_bytes_per_cycle;
+  if (caps->mem_ports) out->ports = caps->mem_ports; /* a board's channels */
 }
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
