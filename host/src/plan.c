@@ -36,6 +36,7 @@
  *   pass 3  overrides from --place, which win over the cost model (but not
  *           over capability or memory).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,15 +191,40 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_plan_t *pl, const bool *c
                            (!strcmp(op, "attention") || !strcmp(op, "all"));
     bool any = !strcmp(op, "attention");
     for (int r = 0; r < TSR_MM_COUNT; r++) {
-      bool attn = r <= TSR_MM_O, ffn = r >= TSR_MM_GATE && r <= TSR_MM_DOWN;
+      bool attn = r <= TSR_MM_O, ffn = (r >= TSR_MM_GATE && r <= TSR_MM_DOWN) || r >= TSR_MM_ROUTER;
       roles[r] = !strcmp(op, tsr_mm_role_name((tsr_mm_role_t)r)) || !strcmp(op, "all") ||
                  (attn && !strcmp(op, "attn")) || (ffn && !strcmp(op, "ffn"));
       any |= roles[r];
     }
+    /* experts: every expert's matmuls; expertN or expertA-B: those experts' */
+    long e_lo = 0, e_hi = LONG_MAX;
+    if (!strncmp(op, "expert", 6)) {
+      const char *q = op + 6;
+      bool ok = !strcmp(q, "s");
+      if (!ok && *q >= '0' && *q <= '9') {
+        char *e = NULL;
+        e_lo = e_hi = strtol(q, &e, 10);
+        if (*e == '-' && e[1] >= '0' && e[1] <= '9') e_hi = strtol(e + 1, &e, 10);
+        ok = *e == '\0' && e_lo <= e_hi && e_hi < o->model->cfg.n_experts;
+        if (!ok)
+          return TSR_ERR(OUT_OF_RANGE,
+                         "placement item '%s=%s': experts '%s' are not a range inside [0, %d) "
+                         "(the model has %d experts)",
+                         op, where, q, o->model->cfg.n_experts, o->model->cfg.n_experts);
+      }
+      if (ok) {
+        if (!o->model->cfg.n_experts)
+          return TSR_ERR(INVALID_ARGUMENT, "placement item '%s=%s': the model has no experts",
+                         op, where);
+        roles[TSR_MM_EXP_GATE] = roles[TSR_MM_EXP_UP] = roles[TSR_MM_EXP_DOWN] = any = true;
+      }
+    }
     if (!any)
       return TSR_ERR(INVALID_ARGUMENT,
                      "placement item '%s=%s': unknown op '%s' (known: attn_q, attn_k, attn_v, "
-                     "attn_out, ffn_gate, ffn_up, ffn_down, output, attn, ffn, attention, all)",
+                     "attn_out, ffn_gate, ffn_up, ffn_down, output, ffn_gate_inp, "
+                     "ffn_gate_exps, ffn_up_exps, ffn_down_exps, attn, ffn, attention, "
+                     "experts, expertN, expertA-B, all)",
                      op, where, op);
     /* where: cpu, devN, or a device name (its first entry) */
     int dev = -3;
@@ -219,6 +245,7 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_plan_t *pl, const bool *c
       tsr_place_t *pc = &pl->at[i];
       const bool attn_node = n->op == TSR_NODE_ATTENTION && attention;
       if (!attn_node && (n->op != TSR_NODE_MATMUL || !roles[n->role])) continue;
+      if (n->expert >= 0 && (n->expert < e_lo || n->expert > e_hi)) continue;
       if (dev == TSR_PLACE_CPU) {
         pc->device = TSR_PLACE_CPU;
         snprintf(pc->cause, sizeof pc->cause, "--place %s=%s", op, where);
@@ -247,6 +274,24 @@ static tsr_status_t apply_overrides(tsr_exec_t *o, tsr_plan_t *pl, const bool *c
 /* Bytes of device memory the engine's staging takes on each device. */
 static uint64_t staging_bytes(const tsr_exec_dev_t *d) { return d->a_cap + d->c_cap + d->ring_cap; }
 
+
+/* Rows a matmul group runs on in a batch of `rows`: all of them, or for an
+ * expert its expected share: rows * experts_used * the fraction of routed
+ * rows it has taken so far in that layer (uniform before any routing),
+ * rounded up. */
+static int32_t group_rows(const tsr_exec_t *o, const tsr_node_t *n, int32_t rows) {
+  const tsr_model_config_t *c = &o->model->cfg;
+  if (n->expert < 0 || !c->n_experts) return rows;
+  double share = 1.0 / c->n_experts;
+  if (o->expert_rows) {
+    uint64_t all = 0;
+    const uint64_t *er = o->expert_rows + (size_t)n->layer * (size_t)c->n_experts;
+    for (int32_t e = 0; e < c->n_experts; e++) all += er[e];
+    if (all) share = (double)er[n->expert] / (double)all;
+  }
+  const double want = ceil((double)rows * c->n_experts_used * share);
+  return want < 1 ? 1 : want > rows ? rows : (int32_t)want;
+}
 
 tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
   const tsr_graph_t *g = &o->graph;
@@ -297,8 +342,13 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
     /* the entries this node may use */
     int cand = 0, first_ok = -1;
     pc->cause[0] = '\0';
-    for (int e = 0; e < o->n_devs; e++) {
-      if (!rows_split && layer_entry(o, n->layer) != e) continue;
+    /* Under a layer split an expert may go to any device: its layer's entry
+     * first, then the next ones (its weights counted where it is placed by
+     * default); the others are there for --place. */
+    const bool any_entry = !rows_split && n->expert >= 0;
+    for (int j = 0; j < o->n_devs; j++) {
+      const int e = any_entry ? (layer_entry(o, n->layer) + j) % o->n_devs : j;
+      if (!rows_split && !any_entry && layer_entry(o, n->layer) != e) continue;
       const tsr_exec_dev_t *d = &o->devs[e];
       const char *unfit = entry_unfit(o, e, why, sizeof why);
       char lim[96];
@@ -321,7 +371,7 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
           snprintf(lim, sizeof lim, "weights do not fit on %s (%.1f MiB, %.1f MiB left)",
                    d->cd->name, (double)wb / 1048576.0, (double)budget[e] / 1048576.0);
           unfit = lim;
-        } else {
+        } else if (!any_entry || first_ok < 0) {
           budget[e] -= wb;
         }
       }
@@ -405,6 +455,7 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
     const int cnt = lead->group_size;
     const int place0 = out->at[i].device;
     if (place0 == TSR_PLACE_CPU) continue; /* pass 1 already decided: host */
+    const int32_t grows = group_rows(o, lead, rows); /* an expert: its expected share */
     double cpu = 0, dev = 0, xfer = 0;
     int32_t ns[8];
     for (int j = 0; j < cnt; j++) {
@@ -412,11 +463,11 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
       ns[j] = n->n;
       double t = -1;
       for (int c = 0; c < n_cache; c++)
-        if (cache[c].m == rows && cache[c].n == n->n && cache[c].k == n->k) t = cache[c].s;
+        if (cache[c].m == grows && cache[c].n == n->n && cache[c].k == n->k) t = cache[c].s;
       if (t < 0) {
-        t = cpu_fixed ? tsr_proj_cpu_matmul_s(&cpu_prof, rows, n->n, n->k)
-                      : measure_cpu(o, n->w, rows);
-        if (n_cache < 32) cache[n_cache++] = (__typeof__(cache[0])){rows, n->n, n->k, t};
+        t = cpu_fixed ? tsr_proj_cpu_matmul_s(&cpu_prof, grows, n->n, n->k)
+                      : measure_cpu(o, n->w, grows);
+        if (n_cache < 32) cache[n_cache++] = (__typeof__(cache[0])){grows, n->n, n->k, t};
       }
       out->at[i + j].est_cpu_s = t;
       cpu += t;
@@ -432,11 +483,11 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
     double worst = 0, worst_x = 0, host_share = 0;
     char dname[64] = "";
     for (int x = 0; x < nd; x++) {
-      const int32_t m = tsr_rows_share(rows, nd, x + 1) - tsr_rows_share(rows, nd, x);
+      const int32_t m = tsr_rows_share(grows, nd, x + 1) - tsr_rows_share(grows, nd, x);
       if (m <= 0) continue;
       const tsr_exec_dev_t *d = &o->devs[devs[x]];
       if (d->cd->host || !capable[(size_t)i * o->n_devs + devs[x]]) {
-        host_share += cpu * m / rows;
+        host_share += cpu * m / grows;
         continue;
       }
       double t = 0, tx = 0;

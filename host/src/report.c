@@ -50,8 +50,9 @@ static void print_plan_table(const tsr_exec_t *o, const tsr_plan_t *p, FILE *f) 
     }
     char shape[40];
     snprintf(shape, sizeof shape, "%dx%dx%d", T, n->n, n->k);
-    char layer[12];
+    char layer[24];
     if (n->layer < 0) snprintf(layer, sizeof layer, "-");
+    else if (n->expert >= 0) snprintf(layer, sizeof layer, "%d:e%d", n->layer, n->expert);
     else snprintf(layer, sizeof layer, "%d", n->layer);
     fprintf(f, "  %5s %-9s %-18s %-7s %10.1f %10.1f %10.1f  %s\n", layer,
             tsr_mm_role_name(n->role), shape, place_name(o, pc, names, sizeof names),

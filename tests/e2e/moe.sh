@@ -42,6 +42,20 @@ if grep -q '^experts' "$out/fmodel.err"; then
 else
   echo "FAIL --stats: no experts table"; fail=1
 fi
+# placement of experts by override: experts 0-1 on dev0, 2-3 on dev1, the text unchanged
+check place_experts fmodel,fmodel --place experts=cpu,expert0-1=dev0,expert2-3=dev1
+"$T" plan -m "$out/moe.gguf" --device fmodel,fmodel \
+  --place experts=cpu,expert1=dev1 > "$out/plan.txt" 2>&1
+n1=$(grep -c ':e1 ffn_.*_exps .*fmodel1 .*--place expert1=dev1' "$out/plan.txt")
+n0=$(grep -c ':e0 ffn_.*_exps .*cpu .*--place experts=cpu' "$out/plan.txt")
+# 3 layers x 3 matmuls, in every planned batch size's table
+if [ "$n1" -ge 9 ] && [ "$n0" -ge 9 ]; then echo "ok   plan: expert1 on fmodel1, expert0 on the host ($n1, $n0 lines)"
+else echo "FAIL plan: expert overrides not applied ($n1, $n0)"; fail=1; fi
+for bad in "expert4=dev0" "expert2-1=dev0" "expertx=dev0" "expert0=dev7"; do
+  if "$T" plan -m "$out/moe.gguf" --device fmodel --place "$bad" > "$out/bad.txt" 2>&1; then
+    echo "FAIL --place $bad accepted"; fail=1
+  else echo "ok   --place $bad refused: $(tail -1 "$out/bad.txt" | cut -c1-110)"; fi
+done
 # fp32 and fp16 run the same model on the host
 for p in fp32 fp16 bf16; do
   "$T" run -m "$out/moe.gguf" -p "Once upon a time" -n 40 --temp 0 --precision $p \
