@@ -107,11 +107,12 @@ void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
       fprintf(f, "  dev%d %-7s unavailable: %s\n", i, cd->name, cd->unavailable);
     } else {
       const tsr_hal_caps_t *c = &cd->caps;
-      fprintf(f, "  dev%d %-7s %s: %ux%u MACs at %.0f MHz, %.0f B/cycle memory, link %.1f GB/s "
-                 "+ %.0f us, launch %.0f us\n",
+      fprintf(f, "  dev%d %-7s %s: %ux%u MACs at %.0f MHz, %u x %.0f B/cycle memory, link %.1f "
+                 "GB/s + %.0f us, launch %.0f us; board %s\n",
               i, cd->name, c->name, c->array_rows, c->array_cols, c->clock_hz / 1e6,
-              c->mem_bytes_per_cycle, c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6,
-              c->launch_latency_s * 1e6);
+              c->mem_ports ? c->mem_ports : 1, c->mem_bytes_per_cycle, c->link_bytes_per_s / 1e9,
+              c->link_latency_s * 1e6, c->launch_latency_s * 1e6,
+              c->board[0] ? c->board : "none (the backend's own figures)");
     }
   }
   fprintf(f, "precision %s, offload policy %s%s%s, up to %d rows per evaluation\n",
