@@ -628,6 +628,54 @@ static void test_vocab_errors(void) {
 }
 
 /* Through tsr_model_file_open: mapping, magic dispatch and cleanup. */
+/* A generated MoE file with one field changed: refused with a message
+ * naming it. */
+static void test_moe_errors(void) {
+  tsr_gen_params_t p;
+  TSR_ASSERT_OK(tsr_gen_preset("moe260K", &p));
+  p.n_layers = 2;
+  char path[512];
+  snprintf(path, sizeof path, "%s/moe_bad.gguf", tsr_test_tmpdir());
+  TSR_ASSERT_OK(tsr_gen_model_write(path, &p));
+  tsr_mapped_file_t f;
+  TSR_ASSERT_OK(tsr_file_map(path, &f));
+  buf_t good = {malloc(f.size), f.size};
+  memcpy(good.data, f.data, f.size);
+  tsr_file_unmap(&f);
+  TSR_ASSERT_OK(parse(&good, good.size));
+  struct {
+    const char *key; /* a key (its u32 value patched) or a tensor name */
+    int what;        /* 0: the key's value, 1: the tensor's ne[2], 2: rename it */
+    uint32_t value;
+    tsr_status_code_t code;
+    const char *needle;
+  } cases[] = {
+      {"llama.expert_count", 0, 1, TSR_STATUS_FORMAT, "1 expert"},
+      {"llama.expert_count", 0, 300, TSR_STATUS_OUT_OF_RANGE, "llama.expert_count"},
+      {"llama.expert_used_count", 0, 5, TSR_STATUS_OUT_OF_RANGE, "llama.expert_used_count"},
+      {"llama.expert_used_count", 0, 0, TSR_STATUS_OUT_OF_RANGE, "llama.expert_used_count"},
+      {"blk.1.ffn_gate_exps.weight", 1, 3, TSR_STATUS_FORMAT, "expert_count"},
+      {"blk.0.ffn_down_exps.weight", 2, 0, TSR_STATUS_NOT_FOUND, "blk.0.ffn_down_exps"},
+      {"blk.1.ffn_gate_inp.weight", 2, 0, TSR_STATUS_NOT_FOUND, "blk.1.ffn_gate_inp"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    buf_t b = {malloc(good.size), good.size};
+    memcpy(b.data, good.data, good.size);
+    const size_t at = after_string(&b, cases[i].key);
+    CU_ASSERT(at > 0);
+    if (!at) {
+      free(b.data);
+      continue;
+    }
+    if (cases[i].what == 0) put_u32(b.data + at + 4, cases[i].value);    /* type, value */
+    else if (cases[i].what == 1) put_u64(b.data + at + 4 + 16, cases[i].value); /* n_dims, ne */
+    else b.data[at - 1] = 'X';                                              /* last char */
+    TSR_ASSERT_ERR(parse(&b, b.size), cases[i].code, cases[i].needle);
+    free(b.data);
+  }
+  free(good.data);
+}
+
 static void test_open_paths(void) {
   tsr_model_file_t *mf = (tsr_model_file_t *)1;
   TSR_ASSERT_ERR(tsr_model_file_open("build/no-such-model.gguf", NULL, &mf),
@@ -679,5 +727,6 @@ int main(void) {
   CU_add_test(s, "missing keys and tensors", test_missing_keys_and_tensors);
   CU_add_test(s, "vocabulary errors", test_vocab_errors);
   CU_add_test(s, "open: paths, empty and short files", test_open_paths);
+  CU_add_test(s, "mixture-of-experts fields refused", test_moe_errors);
   return tsr_test_run_all();
 }
