@@ -16,6 +16,7 @@
 int tsr_cmd_run(int argc, char **argv);       /* cmd_run.c       */
 int tsr_cmd_info(int argc, char **argv);      /* cmd_info.c      */
 int tsr_cmd_gen_model(int argc, char **argv); /* cmd_gen_model.c */
+int tsr_cmd_prune(int argc, char **argv);     /* cmd_prune.c */
 int tsr_cmd_bench(int argc, char **argv);     /* cmd_bench.c     */
 int tsr_cmd_gemm(int argc, char **argv);      /* cmd_gemm.c      */
 int tsr_cmd_devices(int argc, char **argv);   /* cmd_devices.c   */

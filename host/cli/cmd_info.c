@@ -45,6 +45,9 @@ static void print_model(const char *path, const tsr_model_file_t *mf) {
   if (c->n_experts)
     printf("experts:      %d per layer, %d per token (FFN of hidden_dim each)\n", c->n_experts,
            c->n_experts_used);
+  if (mf->prune_pattern[0])
+    printf("pruned:       %s, density %g (tessera prune)\n", mf->prune_pattern,
+           (double)mf->prune_density);
   printf("classifier:   %s\n", c->shared_classifier ? "shared with token embedding"
                                                     : "separate");
   printf("vocabulary:   %d tokens, bos %d, eos %d, unk %d, longest piece %d bytes\n",

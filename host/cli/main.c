@@ -13,6 +13,7 @@ static const struct {
     {"plan", tsr_cmd_plan, "show how a model is split between the CPU and devices"},
     {"info", tsr_cmd_info, "print a model's configuration and tensor table"},
     {"gen-model", tsr_cmd_gen_model, "write a llama GGUF with random weights"},
+    {"prune", tsr_cmd_prune, "write a GGUF with the weights pruned by magnitude"},
     {"bench", tsr_cmd_bench, "CPU kernel and model benchmarks"},
     {"gemm", tsr_cmd_gemm, "run one int8 matmul on a device and print its checksum"},
     {"attn", tsr_cmd_attn, "run int8 block-sparse attention on a device, print its checksum"},

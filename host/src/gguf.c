@@ -7,7 +7,9 @@
  * offset checked against the file size), then the llama interpretation
  * (config keys, tensor names and shapes, vocabulary).
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -769,6 +771,22 @@ tsr_status_t tsr_gguf_parse(const uint8_t *data, size_t size, const char *what,
   if (!s) {
     out->gguf_version = g.version;
     out->gguf_alignment = g.alignment;
+    if (find_kv(&g, "tessera.prune.pattern")) {
+      const char *ps;
+      size_t pn;
+      s = kv_str(&g, "tessera.prune.pattern", &ps, &pn);
+      if (!s && (pn == 0 || pn >= sizeof out->prune_pattern))
+        s = TSR_ERR(FORMAT, "%s: key 'tessera.prune.pattern': %zu bytes (1..%zu)", g.what, pn,
+                    sizeof out->prune_pattern - 1);
+      if (!s) {
+        memcpy(out->prune_pattern, ps, pn);
+        out->prune_pattern[pn] = '\0';
+        s = kv_float(&g, "tessera.prune.density", true, 0, &out->prune_density);
+      }
+      if (!s && !(out->prune_density > 0 && out->prune_density <= 1))
+        s = TSR_ERR(FORMAT, "%s: key 'tessera.prune.density': %g is outside (0, 1]", g.what,
+                    (double)out->prune_density);
+    }
   }
   ctx_free(&g);
   if (s) tsr_model_file_clear(out);
@@ -950,4 +968,74 @@ tsr_status_t tsr_gguf_writer_tensor_data(tsr_gguf_writer_t *w, FILE *f, const vo
   TSR_RETURN_IF(write_pad(f, w->written, w->alignment, what));
   w->written = align_up(w->written, w->alignment);
   return TSR_OK;
+}
+
+/* ---- rewriting a file ---- */
+
+tsr_status_t tsr_gguf_rewrite(const char *in, const char *out, const tsr_gguf_writer_t *extra,
+                              const char *drop_prefix, tsr_gguf_tensor_fn fn, void *arg) {
+  tsr_model_file_t *mf = NULL;
+  TSR_RETURN_IF(tsr_model_file_open(in, NULL, &mf)); /* a whole, valid llama file */
+  if (!mf->gguf_version) {
+    tsr_model_file_close(mf);
+    return TSR_ERR(INVALID_ARGUMENT, "%s: not a GGUF file (llama2.c checkpoints have no "
+                   "metadata to carry)", in);
+  }
+  gguf_ctx_t g = {.data = mf->file.data, .size = mf->file.size, .what = in};
+  tsr_status_t s = parse_container(&g);
+  tsr_gguf_writer_t w;
+  tsr_gguf_writer_init(&w);
+  w.version = g.version;
+  w.alignment = g.alignment;
+  const size_t drop_n = drop_prefix ? strlen(drop_prefix) : 0;
+  for (uint64_t i = 0; !s && i < g.n_kv; i++) {
+    const gguf_kv_t *kv = &g.kv[i];
+    if (drop_n && kv->key_len >= drop_n && !memcmp(kv->key, drop_prefix, drop_n)) continue;
+    const size_t end = i + 1 < g.n_kv ? g.kv[i + 1].off : g.n_tensors ? g.ti[0].off : g.data_start;
+    tsr_gguf_kv_raw(&w, g.data + kv->off, end - kv->off, true);
+  }
+  if (!s && extra) {
+    tsr_gguf_kv_raw(&w, extra->kv, extra->kv_len, false);
+    w.n_kv += extra->n_kv;
+  }
+  char name[256];
+  for (uint64_t i = 0; !s && i < g.n_tensors; i++) {
+    const gguf_ti_t *t = &g.ti[i];
+    if (t->name_len >= sizeof name) {
+      s = TSR_ERR(OUT_OF_RANGE, "%s: tensor name of %zu bytes at offset 0x%zx", in, t->name_len,
+                  t->off);
+      break;
+    }
+    memcpy(name, t->name, t->name_len);
+    name[t->name_len] = '\0';
+    tsr_gguf_writer_add_tensor(&w, name, t->type, t->n_dims, t->ne);
+  }
+  FILE *f = NULL;
+  if (!s) {
+    f = fopen(out, "wb");
+    if (!f) s = TSR_ERR(IO, "%s: cannot create: %s", out, strerror(errno));
+  }
+  if (!s) s = tsr_gguf_writer_begin(&w, f, out);
+  uint8_t *buf = NULL;
+  for (uint64_t i = 0; !s && i < g.n_tensors; i++) {
+    const gguf_ti_t *t = &g.ti[i];
+    uint8_t *nb = realloc(buf, t->nbytes ? (size_t)t->nbytes : 1);
+    if (!nb) {
+      s = TSR_ERR(RESOURCE_EXHAUSTED, "%s: %" PRIu64 " bytes for a tensor", out, t->nbytes);
+      break;
+    }
+    buf = nb;
+    memcpy(buf, g.data + g.data_start + t->rel, (size_t)t->nbytes);
+    memcpy(name, t->name, t->name_len);
+    name[t->name_len] = '\0';
+    if (fn) s = fn(arg, name, t->type, t->n_dims, t->ne, buf, t->nbytes);
+    if (!s) s = tsr_gguf_writer_tensor_data(&w, f, buf, (size_t)t->nbytes, true, out);
+  }
+  free(buf);
+  if (f && fclose(f) && !s) s = TSR_ERR(IO, "%s: write failed: %s", out, strerror(errno));
+  if (s && f) remove(out);
+  tsr_gguf_writer_free(&w);
+  ctx_free(&g);
+  tsr_model_file_close(mf);
+  return s;
 }

@@ -103,4 +103,18 @@ tsr_status_t tsr_gguf_writer_begin(tsr_gguf_writer_t *w, FILE *f, const char *wh
 tsr_status_t tsr_gguf_writer_tensor_data(tsr_gguf_writer_t *w, FILE *f, const void *data,
                                          size_t n, bool last, const char *what);
 
+/* Called by tsr_gguf_rewrite() with each tensor's data (a private copy it
+ * may change in place, not resize). */
+typedef tsr_status_t (*tsr_gguf_tensor_fn)(void *arg, const char *name, uint32_t type,
+                                           uint32_t n_dims, const int64_t *ne, uint8_t *data,
+                                           uint64_t nbytes);
+
+/* Writes the GGUF file `in` (validated as a llama model first) to `out`:
+ * the same version, alignment, keys and tensors in the same order, except
+ * source keys starting with `drop_prefix` (NULL: none), then the pairs
+ * already added to `extra` (a writer used for KVs only); each tensor's data
+ * goes through `fn` (NULL: copied). On error `out` is removed. */
+tsr_status_t tsr_gguf_rewrite(const char *in, const char *out, const tsr_gguf_writer_t *extra,
+                              const char *drop_prefix, tsr_gguf_tensor_fn fn, void *arg);
+
 #endif /* TSR_GGUF_H */

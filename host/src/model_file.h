@@ -95,6 +95,10 @@ typedef struct tsr_model_file {
   tsr_mapped_file_t file;      /* keeps the views alive */
   uint32_t gguf_version;       /* 0 for llama2.c */
   uint64_t gguf_alignment;
+  /* pruned weights (`tessera prune`): the pattern ("2:4", "block:RxC") and
+   * the fraction of weights kept, from tessera.prune.*; "" if none */
+  char prune_pattern[32];
+  float prune_density;
 } tsr_model_file_t;
 
 /* Opens a model; the format is decided by magic ("GGUF" or a llama2.c
