@@ -32,6 +32,10 @@
  *   poll=US         first STATUS poll interval in wait() (default 50 us,
  *                   doubling up to 2 ms)
  *   stats           print the link counters to stderr at close
+ *   board=NAME      a board profile (driver/board.h; default usb3-artix7,
+ *                   the edge board this protocol speaks to) for the link's
+ *                   bandwidth and per-transfer cost and the launch cost; the
+ *                   array, clock and memory are what the board reports
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -46,6 +50,7 @@
 #include "driver/tsr_regmap.h"
 
 #include "base/dl.h"
+#include "driver/board.h"
 #include "driver/devmem.h"
 #include "driver/hal_impl.h"
 #include "driver/queue.h"
@@ -112,6 +117,8 @@ typedef struct usb_device {
   /* options */
   uint64_t vid, pid, chunk, window, timeout_ms, retries, poll_us;
   bool print_stats;
+  char board_name[256];
+  tsr_board_t board;
   uint8_t bus, addr;
   tsr_queue_t q; /* fences, completions, and the lock of the link */
 } usb_device_t;
@@ -341,11 +348,17 @@ static const tsr_opt_spec_t usb_options[] = {
     TSR_OPT_ROW_U64(usb_device_t, poll_us, "poll", 1, 1000000,
                     "first STATUS poll interval in us in wait (default 50, doubling to 2 ms)"),
     TSR_OPT_ROW_BOOL(usb_device_t, print_stats, "stats", "print the link counters at close"),
+    TSR_OPT_ROW_STR(usb_device_t, board_name, "board", TSR_OPT_NONEMPTY,
+                    "board profile for the link and launch costs (default usb3-artix7)"),
 };
 #define USB_N_OPTIONS (sizeof usb_options / sizeof usb_options[0])
 
 static tsr_status_t parse_options(usb_device_t *dev, const char *options) {
-  return tsr_opts_parse(USB_NAME, usb_options, USB_N_OPTIONS, options, dev);
+  snprintf(dev->board_name, sizeof dev->board_name, "usb3-artix7");
+  TSR_RETURN_IF(tsr_opts_parse(USB_NAME, usb_options, USB_N_OPTIONS, options, dev));
+  TSR_RETURN_IF_ERROR(tsr_board_load(dev->board_name, &dev->board), "usb: option board=%s",
+                      dev->board_name);
+  return TSR_OK;
 }
 
 /* Finds the index-th board with the configured VID:PID and opens it. */
@@ -504,11 +517,14 @@ static void usb_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_size = dev->info.mem_size;
   out->clock_hz = dev->info.clock_khz * 1e3;
   out->mem_bytes_per_cycle = dev->info.mem_bytes_per_cycle;
-  /* A USB 3 bulk-FIFO bridge (FT601 class) with 1 MiB transfers and several
-   * in flight: ~350 MB/s, ~125 us per round trip, a launch is one RUN. */
-  out->link_bytes_per_s = 350e6;
-  out->link_latency_s = 125e-6;
-  out->launch_latency_s = 250e-6;
+  /* the link and launch costs of the board profile (usb3-artix7: a USB 3
+   * bulk-FIFO bridge of the FT601 class with 1 MiB transfers and several in
+   * flight, ~350 MB/s, ~125 us per round trip, a launch is one RUN) */
+  snprintf(out->board, sizeof out->board, "%s", dev->board.name);
+  out->link_bytes_per_s = dev->board.link_bytes_per_s;
+  out->link_latency_s = dev->board.link_latency_s;
+  out->launch_latency_s = dev->board.launch_latency_s;
+  out->mem_ports = 1;
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 

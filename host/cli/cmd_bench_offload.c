@@ -16,11 +16,10 @@
  *     large): int8 decode of B sequences (B up to --measure-max) and int8
  *     prefill of one sequence, wall time here
  *     (median of --reps); the host's light ops of a pass (everything but
- *     the matmuls) are what the measured pass takes beyond the profile's
- *     matmul time;
+ *     the matmuls: the engine's light-op time) as measured in those runs;
  *   - the 7B shape (dim 4096, 32 layers, hidden 11008, 32 heads, vocab
  *     32000) has no file: its CPU figure is projected from the CPU profile,
- *     its light ops scaled from `large`'s per row and layer by dim;
+ *     its light ops scaled from `large`'s by layers and dim;
  *   - the board: every matmul group through tsr_proj_model (project.c):
  *     the kernel's cycle model on the shapes alone, launch latency and
  *     three copies per launch, placed where it pays by the rule of the
@@ -90,9 +89,11 @@ typedef struct ob_model {
   /* measured here (0: not measured) */
   double pre_tps[OB_MAX_BATCH];   /* prefill of B sequences of n_prompt tokens */
   double dec_tps[OB_MAX_BATCH];   /* decode of B sequences, tokens/s          */
-  double pre_light_s[OB_MAX_BATCH], dec_light_s[OB_MAX_BATCH]; /* per pass */
   bool pre_measured[OB_MAX_BATCH], dec_measured[OB_MAX_BATCH];
-  double dec_light1_s, pre_light1_s; /* per pass at B = 1 (basis of the others) */
+  /* the host's light ops of one pass (the engine's light-op time, all but
+   * the matmuls), where known: measured, or scaled from `large` (7B) */
+  double pre_light_s[OB_MAX_BATCH], dec_light_s[OB_MAX_BATCH];
+  bool pre_light_known[OB_MAX_BATCH], dec_light_known[OB_MAX_BATCH];
 } ob_model_t;
 
 typedef struct ob_opts {
@@ -211,6 +212,8 @@ static tsr_status_t measure_model(const ob_opts_t *o, ob_model_t *m) {
   for (int i = 0; i < o->n_batches && !s; i++) {
     const int32_t B = o->batches[i];
     if (B > 1) continue;
+    tsr_session_stats_t st0, st1;
+    tsr_engine_get_stats(eng, &st0);
     for (int rep = 0; rep < o->reps && !s; rep++) {
       for (int32_t q = 0; q < B; q++) tsr_seq_reset(seqs[q]);
       const double t0 = tsr_now_s();
@@ -218,11 +221,11 @@ static tsr_status_t measure_model(const ob_opts_t *o, ob_model_t *m) {
       t[rep] = tsr_now_s() - t0;
     }
     if (s) break;
+    tsr_engine_get_stats(eng, &st1);
     const double pass = cli_median(t, o->reps);
     m->pre_tps[i] = (double)B * o->n_prompt / pass;
-    const double light = pass - matmul_s(&o->cpu, &m->shape, B * o->n_prompt);
-    m->pre_light_s[i] = light > 0 ? light : 0;
-    m->pre_measured[i] = true;
+    m->pre_light_s[i] = (st1.light_s - st0.light_s) / o->reps;
+    m->pre_measured[i] = m->pre_light_known[i] = true;
   }
   /* decode: the last prefill left max_b sequences at n_prompt, with their
    * next tokens (a larger B than prefilled is not measured) */
@@ -233,14 +236,16 @@ static tsr_status_t measure_model(const ob_opts_t *o, ob_model_t *m) {
   for (int i = 0; i < o->n_batches && !s; i++) {
     const int32_t B = o->batches[i];
     if (B > o->measure_max) continue;
+    tsr_session_stats_t st0, st1;
+    tsr_engine_get_stats(eng, &st0);
     for (int rep = 0; rep < o->reps && !s; rep++)
       s = cli_bench_decode(eng, seqs, B, b, steps[i], c.vocab_size, toks, &t[rep]);
     if (s) break;
+    tsr_engine_get_stats(eng, &st1);
     const double total = cli_median(t, o->reps), pass = total / steps[i];
     m->dec_tps[i] = (double)B / pass;
-    const double light = pass - matmul_s(&o->cpu, &m->shape, B);
-    m->dec_light_s[i] = light > 0 ? light : 0;
-    m->dec_measured[i] = true;
+    m->dec_light_s[i] = (st1.light_s - st0.light_s) / ((double)o->reps * steps[i]);
+    m->dec_measured[i] = m->dec_light_known[i] = true;
   }
   tsr_batch_destroy(b);
   for (int32_t i = 0; seqs && i < n_seqs; i++) tsr_seq_destroy(seqs[i]);
@@ -250,20 +255,23 @@ static tsr_status_t measure_model(const ob_opts_t *o, ob_model_t *m) {
   free(seqs);
   free(toks);
   free(t);
-  for (int i = 0; i < o->n_batches; i++) {
-    if (o->batches[i] == 1 && m->dec_measured[i]) m->dec_light1_s = m->dec_light_s[i];
-    if (o->batches[i] == 1 && m->pre_measured[i]) m->pre_light1_s = m->pre_light_s[i];
-  }
   return s;
 }
 
-/* The light ops of a pass of B sequences where they were not measured:
- * B times the single sequence's (norms, RoPE, attention and SwiGLU are
- * per row or per sequence). */
-static double light_of(const ob_model_t *m, bool prefill, int i, int32_t B) {
-  if (prefill ? m->pre_measured[i] : m->dec_measured[i])
-    return prefill ? m->pre_light_s[i] : m->dec_light_s[i];
-  return B * (prefill ? m->pre_light1_s : m->dec_light1_s);
+/* The light ops of a pass of B sequences: as known at this batch size, or
+ * else scaled in proportion from the largest batch size below it where
+ * they are known (norms, RoPE, attention and SwiGLU are per row or per
+ * sequence); 0 when nothing is known (--no-measure). */
+static double light_of(const ob_opts_t *o, const ob_model_t *m, bool prefill, int i) {
+  const bool *known = prefill ? m->pre_light_known : m->dec_light_known;
+  const double *light = prefill ? m->pre_light_s : m->dec_light_s;
+  if (known[i]) return light[i];
+  int best = -1;
+  for (int j = 0; j < o->n_batches; j++)
+    if (known[j] && o->batches[j] <= o->batches[i] &&
+        (best < 0 || o->batches[j] > o->batches[best]))
+      best = j;
+  return best < 0 ? 0 : light[best] * o->batches[i] / o->batches[best];
 }
 
 typedef struct ob_dev {
@@ -309,21 +317,46 @@ typedef struct ob_row {
   double cpu_meas, cpu_model, board, serial, all, speedup, all_speedup;
 } ob_row_t;
 
+/* How much slower this model's matmuls ran here than the CPU profile says
+ * (its matrices are smaller than the profile's 14336 x 4096): measured pass
+ * less light ops over the profile's matmul time, at batch i or the largest
+ * measured batch below it; 1 where nothing was measured (the 7B shape, whose
+ * matrices are the profile's size). */
+static double calibration(const ob_opts_t *o, const ob_model_t *m, bool prefill, int i) {
+  const bool *meas = prefill ? m->pre_measured : m->dec_measured;
+  int j = meas[i] ? i : -1;
+  if (j < 0)
+    for (int q = 0; q < o->n_batches; q++)
+      if (meas[q] && o->batches[q] <= o->batches[i] && (j < 0 || o->batches[q] > o->batches[j]))
+        j = q;
+  if (j < 0) return 1;
+  const int32_t rows = prefill ? o->batches[j] * o->n_prompt : o->batches[j];
+  const double pass = rows / (prefill ? m->pre_tps[j] : m->dec_tps[j]);
+  const double light = prefill ? m->pre_light_s[j] : m->dec_light_s[j];
+  const double k = (pass - light) / matmul_s(&o->cpu, &m->shape, rows);
+  return isfinite(k) && k > 0.05 ? k : 1;
+}
+
 static void project_row(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t *m, bool prefill,
                         int i, ob_row_t *row, tsr_proj_result_t *r) {
   const int32_t B = o->batches[i];
   const int32_t rows = prefill ? B * o->n_prompt : B;
   const double tokens = rows;
-  const double light = light_of(m, prefill, i, B);
-  tsr_proj_model(&m->shape, &d->caps, &d->timing, &o->cpu, rows, light, r);
-  row->cpu_model = tokens / r->cpu_s;
+  const double light = light_of(o, m, prefill, i);
+  /* the host side at the rate this model's matmuls ran here */
+  const double k = calibration(o, m, prefill, i);
+  const tsr_cpu_profile_t eff = {o->cpu.weight_bytes_per_s / k, o->cpu.int8_macs_per_s / k};
+  tsr_proj_model(&m->shape, &d->caps, &d->timing, &eff, rows, light, r);
+  row->cpu_model = tokens / (matmul_s(&o->cpu, &m->shape, rows) + light);
   row->board = tokens / r->board_s;
   row->serial = tokens / r->serial_s;
   row->all = tokens / r->all_s;
   const bool meas = prefill ? m->pre_measured[i] : m->dec_measured[i];
   row->cpu_meas = meas ? (prefill ? m->pre_tps[i] : m->dec_tps[i]) : 0;
-  row->speedup = row->board / (meas ? row->cpu_meas : row->cpu_model);
-  row->all_speedup = row->all / (meas ? row->cpu_meas : row->cpu_model);
+  /* over the host side of the same projection: the measured rate where
+   * measured (calibrated), the profile's elsewhere */
+  row->speedup = r->cpu_s / r->board_s;
+  row->all_speedup = r->cpu_s / r->all_s;
 }
 
 static bool write_plot(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t *ms, int n) {
@@ -599,8 +632,12 @@ int cli_bench_offload(int argc, char **argv) {
     if (ms[k].has_file || !large) continue;
     const double f = (double)ms[k].shape.dim / large->shape.dim * ms[k].shape.layers /
                      large->shape.layers;
-    ms[k].dec_light1_s = large->dec_light1_s * f;
-    ms[k].pre_light1_s = large->pre_light1_s * f;
+    for (int i = 0; i < o.n_batches; i++) {
+      ms[k].dec_light_s[i] = large->dec_light_s[i] * f;
+      ms[k].dec_light_known[i] = large->dec_light_known[i];
+      ms[k].pre_light_s[i] = large->pre_light_s[i] * f;
+      ms[k].pre_light_known[i] = large->pre_light_known[i];
+    }
   }
   printf("CPU: int8, measured here (wall time, median of %d; prefill of one %d-token prompt, "
          "decode up to B=%d)%s; above that and for shapes without a file, projected from the CPU "

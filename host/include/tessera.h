@@ -426,6 +426,9 @@ typedef struct tsr_session_stats {
   uint64_t fallbacks;         /* ops (tiles) run on the CPU after a device failure */
   uint64_t retries;           /* device commands retried                  */
   double cpu_s;               /* wall time of ops run on the host         */
+  double light_s;             /* of which the light ops (everything but the
+                                 matmuls: norms, RoPE, attention, SwiGLU,
+                                 residuals, the classifier's softmax)     */
   /* int8 block-sparse attention (zero with the reference path) */
   uint64_t attn_blocks;       /* (query block, key block) pairs computed  */
   uint64_t attn_dense_blocks; /* pairs a dense causal mask would compute  */

@@ -189,7 +189,8 @@ void tsr_exec_get_stats(const tsr_exec_t *o, tsr_session_stats_t *out) {
     out->fallbacks += s->fallbacks;
     out->cpu_s += s->host_s;
   }
-  for (int i = 0; i < TSR_NODE_OP_COUNT; i++) out->cpu_s += o->light_s[i];
+  for (int i = 0; i < TSR_NODE_OP_COUNT; i++) out->light_s += o->light_s[i];
+  out->cpu_s += out->light_s;
   for (int i = 0; i < o->n_devs; i++) {
     const tsr_exec_dev_t *d = &o->devs[i];
     out->device_calls += d->launches;
