@@ -249,8 +249,10 @@ static tsr_status_t alloc_scratch(tsr_exec_t *o) {
     o->moe_w = malloc(sizeof(float) * R * E);
     o->moe_count = calloc(E, sizeof(int32_t));
     o->expert_rows = calloc(E * (size_t)c->n_layers, sizeof(uint64_t));
+    o->expert_recent = calloc(E * (size_t)c->n_layers, sizeof(double));
+    o->next_replan = TSR_MOE_REPLAN_PASSES;
     if (!o->route || !o->moe_in || !o->moe_out || !o->moe_rows || !o->moe_w ||
-        !o->moe_count || !o->expert_rows)
+        !o->moe_count || !o->expert_rows || !o->expert_recent)
       return TSR_ERR(RESOURCE_EXHAUSTED, "engine: expert routing for %zu rows", R);
   }
   if (o->precision == TSR_PRECISION_BF16) {
@@ -422,6 +424,7 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   free(o->moe_w);
   free(o->moe_count);
   free(o->expert_rows);
+  free(o->expert_recent);
   pthread_mutex_destroy(&o->lock);
   free(o);
 }
@@ -940,6 +943,28 @@ tsr_status_t tsr_exec_attention(tsr_exec_t *o, const tsr_plan_t *plan, int32_t n
   tsr_attn_output(w, out, pool);
   as->host_s += tsr_now_s() - t0;
   return TSR_OK;
+}
+
+/* ---- experts placed by their popularity ---- */
+
+tsr_status_t tsr_exec_moe_replan(tsr_exec_t *o) {
+  const tsr_model_config_t *c = &o->model->cfg;
+  if (!c->n_experts || o->passes < o->next_replan) return TSR_OK;
+  o->next_replan = o->passes + TSR_MOE_REPLAN_PASSES;
+  bool devices = false;
+  for (int e = 0; e < o->n_devs; e++) devices |= o->devs[e].cd->hal && o->devs[e].on;
+  if (!devices || o->ctx->opts.offload != TSR_OFFLOAD_AUTO) return TSR_OK;
+  for (int p = 0; p < o->n_plans; p++) {
+    tsr_plan_t fresh;
+    TSR_RETURN_IF(tsr_plan_build(o, o->plans[p].rows, &fresh));
+    tsr_plan_free(&o->plans[p]);
+    o->plans[p] = fresh;
+  }
+  o->moe_replans++;
+  /* an exponential window: the older rows count half at each replan */
+  const size_t n = (size_t)c->n_layers * (size_t)c->n_experts;
+  for (size_t i = 0; i < n; i++) o->expert_recent[i] *= 0.5;
+  return upload_weights(o);
 }
 
 /* ---- devices turned on and off ---- */

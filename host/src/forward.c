@@ -520,8 +520,10 @@ static void moe_route(tsr_exec_t *o, int32_t layer, int32_t R) {
       o->moe_w[(size_t)e * o->max_rows + at] = p[e] / sum;
     }
   }
-  for (int32_t e = 0; e < E; e++)
+  for (int32_t e = 0; e < E; e++) {
     o->expert_rows[(size_t)layer * E + e] += (uint64_t)o->moe_count[e];
+    o->expert_recent[(size_t)layer * E + e] += (double)o->moe_count[e];
+  }
 }
 
 int32_t tsr_graph_final_begin(const tsr_graph_t *g) {
@@ -770,6 +772,7 @@ tsr_status_t tsr_engine_eval_local(tsr_exec_t *o, tsr_batch_t *b) {
   int n_e;
   int32_t R, n_logits;
   while ((n_e = tsr_batch_form_pass(b, &cur, o->max_rows, pe, o->logit_rows, &R, &n_logits))) {
+    TSR_RETURN_IF(tsr_exec_moe_replan(o));
     tsr_status_t st = tsr_forward_nodes(o, pe, n_e, R, n_logits, 0, o->graph.n_nodes);
     if (st)
       return tsr_status_annotate(st, "evaluating %d row(s) of entries %zu..%zu", R,

@@ -194,6 +194,10 @@ struct tsr_engine {
   float *moe_w;      /* (E, R) */
   int32_t *moe_count; /* (E) */
   uint64_t *expert_rows; /* (n_layers, E) rows routed, all passes */
+  double *expert_recent; /* (n_layers, E) rows routed, halved at each replan:
+                            the popularity the cost model plans with */
+  uint64_t next_replan;  /* pass count of the next expert replan */
+  uint64_t moe_replans;  /* replans done */
   struct tsr_dist_engine *dist; /* its mirror on the other MPI ranks (dist.c), or NULL */
 };
 
@@ -259,6 +263,13 @@ const tsr_plan_t *tsr_exec_plan(const tsr_exec_t *o, int32_t R);
 
 /* Runs the matmul group that starts at node `leader` over R rows:
  * outs[i] (R, n_i) = x (R, k) . W_i^T for each member i, placed by `plan`. */
+/* Mixture of experts: every TSR_MOE_REPLAN_PASSES passes (auto offload,
+ * devices on), the plans are built again from the experts' recent
+ * popularity and the newly placed experts' weights uploaded; called before
+ * a pass, under the engine's lock. */
+#define TSR_MOE_REPLAN_PASSES 64
+tsr_status_t tsr_exec_moe_replan(tsr_exec_t *o);
+
 tsr_status_t tsr_exec_matmul_group(tsr_exec_t *o, const tsr_plan_t *plan, int32_t leader,
                                    int32_t R, const float *x, float *const *outs,
                                    const tsr_offload_scratch_t *sc);

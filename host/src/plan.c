@@ -276,18 +276,18 @@ static uint64_t staging_bytes(const tsr_exec_dev_t *d) { return d->a_cap + d->c_
 
 
 /* Rows a matmul group runs on in a batch of `rows`: all of them, or for an
- * expert its expected share: rows * experts_used * the fraction of routed
- * rows it has taken so far in that layer (uniform before any routing),
- * rounded up. */
+ * expert its expected share: rows * experts_used * its fraction of the
+ * rows routed in that layer lately (expert_recent; uniform before any
+ * routing), rounded up. */
 static int32_t group_rows(const tsr_exec_t *o, const tsr_node_t *n, int32_t rows) {
   const tsr_model_config_t *c = &o->model->cfg;
   if (n->expert < 0 || !c->n_experts) return rows;
   double share = 1.0 / c->n_experts;
-  if (o->expert_rows) {
-    uint64_t all = 0;
-    const uint64_t *er = o->expert_rows + (size_t)n->layer * (size_t)c->n_experts;
+  if (o->expert_recent) {
+    double all = 0;
+    const double *er = o->expert_recent + (size_t)n->layer * (size_t)c->n_experts;
     for (int32_t e = 0; e < c->n_experts; e++) all += er[e];
-    if (all) share = (double)er[n->expert] / (double)all;
+    if (all > 0) share = er[n->expert] / all;
   }
   const double want = ceil((double)rows * c->n_experts_used * share);
   return want < 1 ? 1 : want > rows ? rows : (int32_t)want;

@@ -221,8 +221,9 @@ static void print_experts(const tsr_exec_t *o, FILE *f) {
   if (!c->n_experts || !o->expert_rows || !o->n_plans) return;
   const tsr_graph_t *g = &o->graph;
   const tsr_plan_t *p = &o->plans[o->n_plans - 1];
-  fprintf(f, "experts: rows routed (%d of %d per row) and placement per layer\n",
-          c->n_experts_used, c->n_experts);
+  fprintf(f, "experts: rows routed (%d of %d per row) and placement per layer (the plans "
+             "rebuilt %" PRIu64 " times from the experts' recent popularity)\n",
+          c->n_experts_used, c->n_experts, o->moe_replans);
   for (int32_t l = o->model->layer0; l < o->model->layer1; l++) {
     fprintf(f, "  layer %d:", l);
     for (int32_t i = 0; i < g->n_nodes; i++) {

@@ -56,6 +56,14 @@ for bad in "expert4=dev0" "expert2-1=dev0" "expertx=dev0" "expert0=dev7"; do
     echo "FAIL --place $bad accepted"; fail=1
   else echo "ok   --place $bad refused: $(tail -1 "$out/bad.txt" | cut -c1-110)"; fi
 done
+# the auto policy replans from the experts' popularity every 64 passes: the text stays
+"$T" run -m "$out/moe.gguf" -p "Once upon a time" -n 200 --temp 0 --precision int8 \
+  > "$out/long_cpu.txt" 2>/dev/null
+"$T" run -m "$out/moe.gguf" -p "Once upon a time" -n 200 --temp 0 --precision int8 \
+  --device fmodel --stats > "$out/long_auto.txt" 2> "$out/long_auto.err"
+if cmp -s "$out/long_cpu.txt" "$out/long_auto.txt" && grep -q 'rebuilt [1-9][0-9]* times' "$out/long_auto.err"; then
+  echo "ok   auto placement replanned from popularity ($(grep -o 'rebuilt [0-9]* times' "$out/long_auto.err")), the CPU's text"
+else echo "FAIL auto replanning: text differs or no replan"; fail=1; fi
 # fp32 and fp16 run the same model on the host
 for p in fp32 fp16 bf16; do
   "$T" run -m "$out/moe.gguf" -p "Once upon a time" -n 40 --temp 0 --precision $p \
