@@ -58,6 +58,10 @@ check() {
 check stories260K "$stories" Once
 check stories260K "$stories" Once The Lily Tom Sam
 check generated "$gen" Once The Lily
+# a mixture of experts (4 experts, 2 per token): layers and rows across the ranks
+"$T" gen-model -o "$out/moe.gguf" --preset moe260K --seed 5 --type q8_0 > /dev/null ||
+  { echo "FAIL gen-model moe260K"; exit 1; }
+check moe260K "-m $out/moe.gguf" Once The Lily
 
 # the server: rank 0 serves HTTP, the others work behind it
 for case in "2 --mpi" "3 --mpi-split rows"; do
