@@ -541,8 +541,12 @@ static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t r0, int32_t 
   const tsr_linear_t *w = n->w;
   if (o->precision == TSR_PRECISION_INT8) {
     int32_t *acc = sc->acc + (size_t)r0 * w->rows;
-    tsr_qgemm(o->ctx->pool, o->ctx->isa, acc, (size_t)w->rows, sc->qa + (size_t)r0 * w->cols,
-              (size_t)w->cols, &w->q, rows);
+    if (w->qs.row_start && rows < TSR_QSPARSE_TILE) /* pruned: the stored tiles only */
+      tsr_qsparse_gemm(o->ctx->pool, o->ctx->isa, acc, (size_t)w->rows,
+                       sc->qa + (size_t)r0 * w->cols, (size_t)w->cols, &w->qs, rows);
+    else
+      tsr_qgemm(o->ctx->pool, o->ctx->isa, acc, (size_t)w->rows, sc->qa + (size_t)r0 * w->cols,
+                (size_t)w->cols, &w->q, rows);
     tsr_dequantize(out + (size_t)r0 * w->rows, (size_t)w->rows, acc, (size_t)w->rows,
                    sc->qa_scale + r0, w->q.scale, rows, w->rows);
   } else if (o->precision == TSR_PRECISION_FP16) {

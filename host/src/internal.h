@@ -15,6 +15,7 @@
 #include "base/threadpool.h"
 #include "compute/ops.h"
 #include "compute/qgemm.h"
+#include "compute/qsparse.h"
 #include "driver/hal.h"
 #include "model_file.h"
 #include "tessera.h"
@@ -58,12 +59,19 @@ typedef struct tsr_linear {
                         f32_owned once an fp32 engine needs it; else NULL */
   float *f32_owned;
   tsr_qmatrix_t q;   /* int8 per output channel; built on first int8 use */
+  tsr_qsparse_t qs;  /* q without its all-zero 16x16 tiles, built with q when
+                        at most TSR_QSPARSE_USE_DENSITY of them hold a value
+                        (pruned weights): the host's decode reads only these */
   /* (rows, cols) halves: into the mapping when the file stores that type,
    * else converted copies (f16_owned, bf16_owned) made when the first
    * engine of that precision is created; else NULL */
   const uint16_t *f16, *bf16;
   uint16_t *f16_owned, *bf16_owned;
 } tsr_linear_t;
+
+/* Largest fraction of non-zero 16x16 tiles for which the host's decode
+ * uses the block-sparse form (measured: see README, Pruned weights). */
+#define TSR_QSPARSE_USE_DENSITY 0.8
 
 typedef struct tsr_layer {
   const float *rms_att; /* (dim) */

@@ -162,6 +162,7 @@ static void linear_free(tsr_linear_t *l) {
   free(l->f32_owned);
   free(l->f16_owned);
   free(l->bf16_owned);
+  tsr_qsparse_free(&l->qs);
   tsr_qmatrix_free(&l->q);
 }
 
@@ -276,6 +277,8 @@ static tsr_status_t quantize_linear(tsr_model_t *m, tsr_linear_t *l, const char 
   const bool keep = m->fp32_ready || m->f16_ready || m->bf16_ready;
   tsr_status_t s = tsr_qmatrix_quantize_rows(m->ctx->pool, &l->q, l->rows, l->cols, linear_row,
                                              keep ? NULL : linear_rows_done, l);
+  if (!s && tsr_qsparse_density(&l->q) <= TSR_QSPARSE_USE_DENSITY)
+    s = tsr_qsparse_build(&l->q, &l->qs);
   return tsr_status_annotate(s, "quantizing layer %d %s", layer, what);
 }
 
