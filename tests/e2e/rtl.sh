@@ -1,11 +1,27 @@
 #!/bin/sh
 # RTL tests of the Verilated kernel (sim/test/tsr_rtl_test.c) through the
 # tsr_sim.h ABI: shapes, refusals, register map, ap_ctrl sequences, perf;
-# then a cross-check of a small ring under iverilog when it is installed.
+# the other geometries (16x16 with 4 read ports, 32x32 with 2, 64x64 with 4:
+# each built once in its own directory) on the quick set, W striped over the
+# ports included; the functional model's cycles against the RTL's within
+# 5 % (sim/test/tsr_cycle_check.c); then a cross-check of a small ring
+# under iverilog when it is installed.
 BUILD=${1:-build}
 command -v verilator > /dev/null 2>&1 || { echo "verilator is not installed: the RTL cannot be built"; exit 77; }
-make --no-print-directory -s rtl "$BUILD/rtl/tsr_rtl_test" BUILD="$BUILD" || exit 1
+make --no-print-directory -s rtl "$BUILD/rtl/tsr_rtl_test" "$BUILD/rtl/tsr_cycle_check" BUILD="$BUILD" || exit 1
 "$BUILD/rtl/tsr_rtl_test" --lib "$BUILD/lib/libtessera_rtl.so" || exit 1
+CHECK="stories260k-decode stories260k-prefill attn 1x288x288*4,1x768x288*2 16x64x172 256x256x256 37x29x1 5x7x9,2x33x100"
+"$BUILD/rtl/tsr_cycle_check" --lib "$BUILD/lib/libtessera_rtl.so" --tol 5 $CHECK | grep -E 'REPORT|FAIL|%' || exit 1
+for g in 16:16:4 32:32:2 64:64:4; do
+  r=${g%%:*}; rest=${g#*:}; c=${rest%%:*}; p=${rest#*:}
+  make --no-print-directory -s rtl RTL_ROWS=$r RTL_COLS=$c RTL_PORTS=$p BUILD="$BUILD" || exit 1
+  lib="$BUILD/rtl/${r}x${c}p$p/libtessera_rtl.so"
+  echo "== ${r}x${c}, $p read ports"
+  "$BUILD/rtl/tsr_rtl_test" --lib "$lib" --quick || exit 1
+  if [ "$r" != 64 ]; then
+    "$BUILD/rtl/tsr_cycle_check" --lib "$lib" --tol 5 --stripe $CHECK | grep -E 'REPORT|FAIL' || exit 1
+  fi
+done
 if command -v iverilog > /dev/null 2>&1; then
   make --no-print-directory -s iverilog-check BUILD="$BUILD" || exit 1
 else
