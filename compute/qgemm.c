@@ -161,7 +161,7 @@ void tsr_dequantize(float *out, size_t ldo, const int32_t *c, size_t ldc,
 /* Weight buffers larger than a few MiB are 2 MiB aligned and advised as
  * huge pages: decode streams them end to end and 4 KiB pages would cost a
  * TLB miss every 4 KiB. */
-static void *alloc_weights(size_t bytes) {
+void *tsr_weights_alloc(size_t bytes) {
   const size_t huge = (size_t)2 << 20;
   size_t align = bytes >= 4 * huge ? huge : 64;
   size_t rounded = (bytes + align - 1) / align * align;
@@ -177,7 +177,7 @@ static tsr_status_t qmatrix_alloc(tsr_qmatrix_t *out, int32_t n, int32_t k) {
   if (k > TSR_QGEMM_MAX_K)
     return TSR_ERR(OUT_OF_RANGE, "qmatrix: k=%d exceeds %d (int32 sums could overflow)", k,
                    TSR_QGEMM_MAX_K);
-  out->data = alloc_weights((size_t)n * (size_t)k);
+  out->data = tsr_weights_alloc((size_t)n * (size_t)k);
   out->row_sum = malloc((size_t)n * sizeof(int32_t));
   out->scale = malloc((size_t)n * sizeof(float));
   if (!out->data || !out->row_sum || !out->scale) {

@@ -59,6 +59,11 @@ tsr_status_t tsr_qmatrix_quantize_rows(tsr_threadpool_t *pool, tsr_qmatrix_t *ou
 tsr_status_t tsr_qmatrix_from_i8(tsr_qmatrix_t *out, const int8_t *w, int32_t n, int32_t k);
 void tsr_qmatrix_free(tsr_qmatrix_t *q);
 
+/* Memory for weights the kernels stream (free with free()): 2 MiB aligned
+ * and advised as huge pages from 8 MiB up (a TLB miss every 4 KiB page
+ * otherwise halves what a decode step streams), else 64-byte aligned. */
+void *tsr_weights_alloc(size_t bytes);
+
 /* Quantizes activations per row (per token), symmetric, same rule as the
  * weights: scales[m] = max|x[m]| / 127 (1 if zero). */
 void tsr_quantize_rows(int8_t *q, float *scales, const float *x, int32_t m, int32_t k);

@@ -44,7 +44,7 @@ tsr_status_t tsr_qsparse_build(const tsr_qmatrix_t *w, tsr_qsparse_t *out) {
   out->row_start[out->tile_rows] = (int32_t)stored;
   out->stored = stored;
   out->tile_col = malloc(sizeof(int32_t) * (size_t)(stored ? stored : 1));
-  out->tiles = aligned_alloc(64, (size_t)(stored ? stored : 1) * T * T);
+  out->tiles = tsr_weights_alloc((size_t)(stored ? stored : 1) * T * T);
   if (!out->tile_col || !out->tiles) {
     tsr_qsparse_free(out);
     return TSR_ERR(RESOURCE_EXHAUSTED, "sparse weights: %lld tiles", (long long)stored);

@@ -72,7 +72,7 @@ static tsr_status_t view_to_f32(const tsr_tensor_view_t *v, const char *what,
     *out = (const float *)v->data;
     return TSR_OK;
   }
-  float *f = malloc(sizeof(float) * n);
+  float *f = tsr_weights_alloc(sizeof(float) * n);
   if (!f) return TSR_ERR(RESOURCE_EXHAUSTED, "%s: %zu floats", what, n);
   view_convert(v, 0, n, f);
   *out = f;
@@ -324,7 +324,7 @@ static tsr_status_t half_linear(tsr_model_t *m, tsr_linear_t *l, bool bf16, cons
   /* the file's pages go as rows are converted, unless an engine of another
    * precision may read them in place */
   const bool drop = !m->fp32_ready && !m->f16_ready && !m->bf16_ready;
-  half_job_t j = {l, malloc(sizeof(uint16_t) * rows * cols), bf16, drop,
+  half_job_t j = {l, tsr_weights_alloc(sizeof(uint16_t) * rows * cols), bf16, drop,
                   malloc(sizeof(float) * cols * (size_t)threads)};
   if (!j.h || !j.rows) {
     free(j.h);
