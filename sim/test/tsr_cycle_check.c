@@ -8,6 +8,7 @@
  * checked against a naive reference, so a wrong kernel cannot pass.
  *
  *   tsr_cycle_check --lib PATH [--stripe] [--tol PCT] [--lat N] [--bw N] LAUNCH...
+ *   tsr_cycle_check --model ROWSxCOLSpPORTS [--lat N] [--bw N] LAUNCH...
  *
  * LAUNCH is a ring: shapes MxNxK separated by commas, a shape may repeat
  * (MxNxK*R). --stripe places W striped over all read ports of the library
@@ -15,7 +16,10 @@
  * stories15m-decode, attn (score and value products of a head). --tol makes
  * the exit status 1 when any launch (or the total) is off by more than PCT
  * percent. The last line is "REPORT cycle model ... total rtl R model M
- * (E %)".
+ * (E %)". --model runs the functional model alone (no RTL) for a geometry
+ * the RTL was not built at, W striped over the ports, and prints the
+ * cycles and, for a single-row launch (GEMV), the fraction of the ports'
+ * summed bandwidth that N*K + K + 4N bytes use.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -186,8 +190,45 @@ out:
   return rc;
 }
 
+/* The model alone: cycles of each launch on ROWSxCOLS with PORTS channels. */
+static int model_only(const char *geom, uint32_t lat, uint32_t bw, const char **launches,
+                      int n_launch) {
+  unsigned r, c, p = 1;
+  if (sscanf(geom, "%ux%up%u", &r, &c, &p) < 2 || !r || !c || !p) {
+    fprintf(stderr, "bad --model '%s' (want ROWSxCOLS[pPORTS])\n", geom);
+    return 2;
+  }
+  tsr_km_timing_t t;
+  tsr_km_timing_init(&t);
+  t.rows = r, t.cols = c, t.ports = p;
+  if (lat) t.mem_latency = lat;
+  if (bw) t.mem_bytes_per_cycle = bw;
+  printf("model only: %ux%u array, %u port(s), %.0f B/cycle per channel, latency %u\n", r, c, p,
+         t.mem_bytes_per_cycle, t.mem_latency);
+  for (int i = 0; i < n_launch; i++) {
+    shape_t sh[512];
+    int n = parse_ring(launches[i], sh, 512);
+    if (n <= 0) {
+      fprintf(stderr, "bad launch '%s'\n", launches[i]);
+      return 2;
+    }
+    tsr_km_estimate_t e = {0};
+    for (int j = 0; j < n; j++) tsr_km_estimate_gemm(&t, sh[j].m, sh[j].n, sh[j].k, &e);
+    uint64_t cyc = e.cycles + tsr_km_launch_cycles(&t);
+    if (n == 1 && sh[0].m == 1) {
+      double bytes = (double)sh[0].n * sh[0].k + sh[0].k + 4.0 * sh[0].n;
+      printf("REPORT model %ux%u, %u ports: %s %" PRIu64 " cycles, %.1f%% of modeled bandwidth "
+             "(%u x %.0f B/cycle)\n", r, c, p, launches[i], cyc,
+             100 * bytes / ((double)cyc * t.mem_bytes_per_cycle * p), p, t.mem_bytes_per_cycle);
+    } else {
+      printf("REPORT model %ux%u, %u ports: %s %" PRIu64 " cycles\n", r, c, p, launches[i], cyc);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  const char *lib = NULL;
+  const char *lib = NULL, *geom = NULL;
   double tol = -1;
   int stripe = 0;
   uint32_t lat = 0, bw = 0;
@@ -200,6 +241,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--lat") && i + 1 < argc) lat = (uint32_t)atoi(argv[++i]);
     else if (!strcmp(a, "--bw") && i + 1 < argc) bw = (uint32_t)atoi(argv[++i]);
     else if (!strcmp(a, "--stripe")) stripe = 1;
+    else if (!strcmp(a, "--model") && i + 1 < argc) geom = argv[++i];
     else if (a[0] != '-' && n_launch < 256) {
       const char *p = preset(a);
       if (!p) {
@@ -218,6 +260,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (geom && n_launch) return model_only(geom, lat, bw, launches, n_launch);
   if (!lib || !n_launch) {
     fprintf(stderr, "--lib PATH and at least one launch are required\n");
     return 2;
