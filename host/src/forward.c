@@ -51,8 +51,6 @@ void tsr_session_options_init(tsr_session_options_t *o) {
 static tsr_task_fn attn_fn(tsr_isa_t isa);
 typedef void (*f16_row_fn)(float *dst, const uint16_t *src, int32_t n);
 static f16_row_fn f16_row(tsr_isa_t isa);
-typedef void (*i8_row_fn)(float *dst, const int8_t *src, int32_t n);
-static i8_row_fn i8_row(tsr_isa_t isa);
 
 const char *tsr_precision_name(tsr_precision_t p) {
   switch (p) {
@@ -98,7 +96,6 @@ static tsr_status_t engine_create(tsr_model_t *model, const tsr_session_options_
   TSR_RETURN_IF(tsr_exec_create(model, &o, out));
   (*out)->attn_task = attn_fn(model->ctx->isa);
   (*out)->kv_f16_row = o.kv_type == TSR_KV_F16 ? f16_row(model->ctx->isa) : NULL;
-  (*out)->kv_i8_row = o.kv_type == TSR_KV_Q8 ? i8_row(model->ctx->isa) : NULL;
   tsr_status_t st = tsr_dist_engine_open(*out, &o);
   if (st) {
     tsr_exec_destroy(*out);
@@ -312,7 +309,7 @@ typedef struct {
   const int32_t *block_row;   /* (blocks) first row of each block  */
   int32_t layer;
   f16_row_fn f16; /* the cache is fp16: its rows converted with this */
-  i8_row_fn i8;   /* the cache is int8 (TSR_KV_Q8): its rows widened with this */
+  bool q8;        /* the cache is int8 (TSR_KV_Q8) */
 } attn_args_t;
 
 /* q . k over n floats in 8 independent lanes (vectorized by the compiler;
@@ -340,10 +337,28 @@ static inline __attribute__((always_inline)) void axpy(float *restrict y,
   for (; i < n; i++) y[i] += w * x[i];
 }
 
-/* int8 cache rows to fp32 (exact either way). */
-static void i8_row_portable(float *dst, const int8_t *src, int32_t n) {
-  for (int32_t i = 0; i < n; i++) dst[i] = (float)src[i];
+/* dot_lanes and axpy over an int8 row widened on the fly: the same
+ * arithmetic as widening the row first (exact), without the round trip. */
+static inline __attribute__((always_inline)) float dot_lanes_i8(const float *a, const int8_t *b,
+                                                               int32_t n) {
+  float acc[8] = {0};
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) acc[l] += a[i + l] * (float)b[i + l];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; i++) s += a[i] * (float)b[i];
+  return s;
 }
+
+static inline __attribute__((always_inline)) void axpy_i8(float *restrict y,
+                                                         const int8_t *restrict x, float w,
+                                                         int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) y[i + l] += w * (float)x[i + l];
+  for (; i < n; i++) y[i] += w * (float)x[i];
+}
+
 
 /* fp16 cache rows to fp32 (exact either way). */
 static void f16_row_portable(float *dst, const uint16_t *src, int32_t n) {
@@ -359,19 +374,6 @@ __attribute__((target("f16c,avx"))) static void f16_row_f16c(float *dst, const u
   for (; i < n; i++) dst[i] = tsr_f16_to_f32(src[i]);
 }
 
-__attribute__((target("avx2"))) static void i8_row_avx2(float *dst, const int8_t *src,
-                                                        int32_t n) {
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                  _mm_loadl_epi64((const __m128i *)(src + i)))));
-  for (; i < n; i++) dst[i] = (float)src[i];
-}
-
-static i8_row_fn i8_row(tsr_isa_t isa) {
-  return isa >= TSR_ISA_AVX2 ? i8_row_avx2 : i8_row_portable;
-}
-
 /* F16C where the context's ISA is AVX2 or more (its detection checked the
  * OS saves ymm state) and the CPU has the F16C bit (CPUID 1, ECX bit 29). */
 static f16_row_fn f16_row(tsr_isa_t isa) {
@@ -384,10 +386,7 @@ static f16_row_fn f16_row(tsr_isa_t isa) {
   (void)isa;
   return f16_row_portable;
 }
-static i8_row_fn i8_row(tsr_isa_t isa) {
-  (void)isa;
-  return i8_row_portable;
-}
+
 #endif
 
 static inline __attribute__((always_inline)) void attn_body(void *arg, int task, int thread) {
@@ -420,7 +419,13 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
     const float *k = s->key_cache + at;
     float ks = 1.0f; /* int8: the dot of the widened row, times the row's scale */
     if (a->f16) a->f16(kf, s->key_cache16 + at, hs), k = kf;
-    if (a->i8) a->i8(kf, s->key_cache8 + at, hs), k = kf, ks = s->key_scale8[at / hs];
+    if (a->q8) {
+      const int8_t *k8 = s->key_cache8 + at;
+      ks = s->key_scale8[at / hs];
+      for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
+        att[(size_t)j * ms + (size_t)p] = dot_lanes_i8(q[j], k8, hs) * ks / scale;
+      continue;
+    }
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
       att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) * ks / scale;
   }
@@ -435,7 +440,13 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
     const float *v = s->value_cache + at;
     float vs = 1.0f;
     if (a->f16) a->f16(kf, s->value_cache16 + at, hs), v = kf;
-    if (a->i8) a->i8(kf, s->value_cache8 + at, hs), v = kf, vs = s->value_scale8[at / hs];
+    if (a->q8) {
+      const int8_t *v8 = s->value_cache8 + at;
+      vs = s->value_scale8[at / hs];
+      for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
+        axpy_i8(xb[j], v8, att[(size_t)j * ms + (size_t)p] * vs, hs);
+      continue;
+    }
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
       axpy(xb[j], v, att[(size_t)j * ms + (size_t)p] * vs, hs);
   }
@@ -666,7 +677,7 @@ tsr_status_t tsr_forward_nodes(tsr_exec_t *o, const tsr_pass_entry_t *pe, int n_
             o->attn_block_row[n_blocks++] = pe[e].row0 + t;
           }
         attn_args_t aa = {o, pe, o->attn_block_entry, o->attn_block_row, n->layer,
-                          o->kv_f16_row, o->kv_i8_row};
+                          o->kv_f16_row, o->kv_type == TSR_KV_Q8};
         /* Waking workers costs microseconds: only worth it for enough work. */
         double work = 0;
         for (int e = 0; e < n_e; e++)

@@ -150,7 +150,6 @@ struct tsr_engine {
    * conversion: chosen once for the context's ISA (forward.c) */
   tsr_task_fn attn_task;
   void (*kv_f16_row)(float *dst, const uint16_t *src, int32_t n);
-  void (*kv_i8_row)(float *dst, const int8_t *src, int32_t n); /* TSR_KV_Q8 */
   tsr_split_t split;
   int32_t max_rows;    /* rows per forward pass */
   int32_t max_seq;     /* positions per sequence */
