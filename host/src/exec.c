@@ -113,12 +113,21 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
       const size_t wi = weight_index(o, n, e);
       if (!want || o->weight_on[wi]) continue;
       tsr_exec_dev_t *d = &o->devs[e];
-      const uint64_t bytes = (uint64_t)n->n * (uint64_t)n->k;
+      /* striped over the device's read ports when it has several (tiles.c) */
+      const uint32_t p = tsr_tile_w_channels(&d->cd->caps);
+      const uint64_t bytes = tsr_tile_w_bytes(n->n, n->k, p);
+      int8_t *striped = p > 1 ? malloc(bytes) : NULL;
+      if (striped) tsr_tile_w_stripe(striped, n->w->q.data, n->n, n->k, p);
       pthread_mutex_lock(&d->cd->lock);
-      tsr_status_t s = tsr_dio_alloc(d, bytes, &o->weights[wi]);
-      if (!s) s = tsr_dio_write(o, d, &o->weights[wi], 0, n->w->q.data, bytes, false);
+      tsr_status_t s = p > 1 && !striped
+                           ? TSR_ERR(RESOURCE_EXHAUSTED, "striping %" PRIu64 " bytes", bytes)
+                           : tsr_dio_alloc(d, bytes, &o->weights[wi]);
+      if (!s)
+        s = tsr_dio_write(o, d, &o->weights[wi], 0, striped ? striped : n->w->q.data, bytes,
+                          false);
       if (s) tsr_dio_free(d, &o->weights[wi]);
       pthread_mutex_unlock(&d->cd->lock);
+      free(striped);
       if (s) {
         if (!o->ctx->opts.fallback)
           return tsr_status_annotate(s, "uploading %s of layer %d to %s",
@@ -615,8 +624,8 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
             .k = (uint32_t)gr->k, .lda = (uint32_t)gr->k, .ldw = (uint32_t)n->k,
             .ldc = (uint32_t)n->n * 4,
             .a_addr = d->a.addr + (uint64_t)m0 * (uint64_t)gr->k,
-            .w_addr = w->addr + (uint64_t)n0 * (uint64_t)n->k,
             .c_addr = d->c.addr + c_off + ((uint64_t)m0 * (uint64_t)n->n + (uint64_t)n0) * 4};
+        tsr_tile_w_desc(&desc, w->addr, n->n, n0, n->k, tsr_tile_w_channels(&d->cd->caps));
         tsr_desc_pack(d->ring_host + (size_t)nd * TSR_HW_DESC_BYTES, &desc);
         nd++;
       }

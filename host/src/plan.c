@@ -365,8 +365,8 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
       }
       if (!unfit && mm) {
         /* as the allocator rounds it */
-        const uint64_t wb = ((uint64_t)n->n * (uint64_t)n->k + TSR_DEVMEM_MIN_ALIGN - 1) &
-                            ~(uint64_t)(TSR_DEVMEM_MIN_ALIGN - 1);
+        const uint64_t wb = (tsr_tile_w_bytes(n->n, n->k, tsr_tile_w_channels(&d->cd->caps)) +
+                             TSR_DEVMEM_MIN_ALIGN - 1) & ~(uint64_t)(TSR_DEVMEM_MIN_ALIGN - 1);
         if (wb > budget[e]) {
           snprintf(lim, sizeof lim, "weights do not fit on %s (%.1f MiB, %.1f MiB left)",
                    d->cd->name, (double)wb / 1048576.0, (double)budget[e] / 1048576.0);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "driver/tsr_regmap.h"
 #include "graph.h"
 
 struct tsr_engine;
@@ -68,5 +69,24 @@ int32_t tsr_tile_descs(const int32_t *n, int count, int32_t n_chunk, int32_t m,
 static inline int32_t tsr_tile_m_chunk(const tsr_hal_caps_t *c) {
   return c->max_dim ? (int32_t)c->max_dim : TSR_TILE_N_CHUNK;
 }
+
+/* Weights on a device with several read ports (caps.mem_ports = P, a power
+ * of two dividing TSR_TILE_N_CHUNK; else 1): striped as the kernel reads
+ * them (hw/regmap.def W_NCH, W_CSTRIDE), row r of an n x k matrix at
+ * (r % P) * cstride + (r / P) * k with cstride = ceil(n / P) * k, so every
+ * port streams its own channel's rows (tiles.c). */
+uint32_t tsr_tile_w_channels(const tsr_hal_caps_t *c);
+/* Device bytes of an n x k matrix striped over p channels. */
+static inline uint64_t tsr_tile_w_bytes(int32_t n, int32_t k, uint32_t p) {
+  const uint64_t per = ((uint64_t)n + p - 1) / p;
+  return per * p * (uint64_t)k;
+}
+/* Writes the striped copy of src (n x k, row-major) into dst
+ * (tsr_tile_w_bytes; padding rows zero). */
+void tsr_tile_w_stripe(int8_t *dst, const int8_t *src, int32_t n, int32_t k, uint32_t p);
+/* The W fields of a descriptor for rows [n0, ...) of a matrix at device
+ * address `base` (n0 a multiple of p). */
+void tsr_tile_w_desc(tsr_desc_t *d, uint64_t base, int32_t n, int32_t n0, int32_t k,
+                     uint32_t p);
 
 #endif
