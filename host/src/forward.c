@@ -337,6 +337,14 @@ static inline __attribute__((always_inline)) void axpy(float *restrict y,
   for (; i < n; i++) y[i] += w * x[i];
 }
 
+/* x[i] /= d over n floats, in blocks of 8 the compiler vectorizes. */
+static inline __attribute__((always_inline)) void divide_lanes(float *x, float d, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) x[i + l] /= d;
+  for (; i < n; i++) x[i] /= d;
+}
+
 /* dot_lanes and axpy over an int8 row widened on the fly: the same
  * arithmetic as widening the row first (exact), without the round trip. */
 static inline __attribute__((always_inline)) float dot_lanes_i8(const float *a, const int8_t *b,
@@ -423,14 +431,17 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
       const int8_t *k8 = s->key_cache8 + at;
       ks = s->key_scale8[at / hs];
       for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
-        att[(size_t)j * ms + (size_t)p] = dot_lanes_i8(q[j], k8, hs) * ks / scale;
+        att[(size_t)j * ms + (size_t)p] = dot_lanes_i8(q[j], k8, hs) * ks;
       continue;
     }
     for (int32_t j = p > pos0 ? p - pos0 : 0; j < nb; j++)
-      att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) * ks / scale;
+      att[(size_t)j * ms + (size_t)p] = dot_lanes(q[j], k, hs) * ks;
   }
   float *xb[TSR_ATTN_ROW_BLOCK];
   for (int32_t j = 0; j < nb; j++) {
+    /* the scores over sqrt(hs), 8 divisions at a time (each correctly
+     * rounded: the same values as one by one) */
+    divide_lanes(att + (size_t)j * ms, scale, pos0 + j + 1);
     tsr_softmax(att + (size_t)j * ms, pos0 + j + 1);
     xb[j] = o->xb + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
     memset(xb[j], 0, sizeof(float) * (size_t)hs);
