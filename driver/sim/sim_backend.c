@@ -327,7 +327,8 @@ static void sim_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   memset(out, 0, sizeof *out);
   if (dev->board.name[0]) tsr_board_apply_caps(&dev->board, out);
   else tsr_hal_caps_pcie_defaults(out); /* the simulated device stands for a PCIe board */
-  out->mem_ports = 1; /* the RTL as built: one read master */
+  /* the RTL as built: its read masters (tsr_sim_ports, additive to ABI v1) */
+  out->mem_ports = dev->api.ports ? dev->api.ports(dev->sim) : 1;
   snprintf(out->name, sizeof out->name, "sim (Verilator RTL, %ux%u%s%s)", dev->rows, dev->cols,
            dev->board.name[0] ? ", " : "", dev->board.name);
   out->array_rows = dev->rows;
