@@ -217,6 +217,7 @@ void tsr_board_apply_caps(const tsr_board_t *b, tsr_hal_caps_t *caps) {
   caps->array_cols = b->array_cols;
   caps->clock_hz = b->clock_hz;
   caps->mem_ports = b->ports;
+  caps->mem_latency = b->mem_latency;
   caps->mem_bytes_per_cycle = tsr_board_bytes_per_cycle(b);
   caps->link_bytes_per_s = b->link_bytes_per_s;
   caps->link_latency_s = b->link_latency_s;

@@ -51,6 +51,8 @@ typedef struct tsr_hal_caps {
   uint32_t flags;          /* TSR_HAL_CAP_* bits                            */
   uint32_t mem_ports;      /* read ports, each on its own memory channel of
                               mem_bytes_per_cycle (0 is taken as 1)         */
+  uint32_t mem_latency;    /* modeled cycles from a read request to its first
+                              data (0: unknown, the timing's default)      */
   char board[32];          /* board profile the figures come from
                               (driver/board.h), "" when the backend's own  */
 } tsr_hal_caps_t;

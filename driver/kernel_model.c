@@ -26,6 +26,7 @@ void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {
   if (caps->clock_hz > 0) out->clock_hz = caps->clock_hz;
   if (caps->mem_bytes_per_cycle > 0) out->mem_bytes_per_cycle = caps->mem_bytes_per_cycle;
   if (caps->mem_ports) out->ports = caps->mem_ports; /* a board's channels */
+  if (caps->mem_latency) out->mem_latency = caps->mem_latency;
 }
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }

@@ -276,6 +276,7 @@ static void fm_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->clock_hz = dev->timing.clock_hz;
   out->mem_bytes_per_cycle = dev->timing.mem_bytes_per_cycle;
   out->mem_ports = dev->timing.ports;
+  out->mem_latency = dev->timing.mem_latency;
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
 }
 

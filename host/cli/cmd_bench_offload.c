@@ -299,6 +299,7 @@ static tsr_status_t open_dev(const char *spec, ob_dev_t *d) {
   d->timing.mem_bytes_per_cycle = d->caps.mem_bytes_per_cycle;
   d->timing.clock_hz = d->caps.clock_hz;
   if (d->caps.mem_ports) d->timing.ports = d->caps.mem_ports;
+  if (d->caps.mem_latency) d->timing.mem_latency = d->caps.mem_latency;
   snprintf(d->label, sizeof d->label, "%s", d->caps.board[0] ? d->caps.board : spec);
   return TSR_OK;
 }

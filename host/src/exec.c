@@ -338,6 +338,7 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     d->timing.mem_bytes_per_cycle = d->cd->caps.mem_bytes_per_cycle;
     d->timing.clock_hz = d->cd->caps.clock_hz;
     if (d->cd->caps.mem_ports) d->timing.ports = d->cd->caps.mem_ports; /* board channels */
+    if (d->cd->caps.mem_latency) d->timing.mem_latency = d->cd->caps.mem_latency;
     char name[128];
     snprintf(name, sizeof name, "device %s: runs (host wall time%s)", d->cd->name,
              strncmp(d->cd->spec, "sim", 3) ? "" : " of the simulation");
