@@ -64,6 +64,25 @@ else
   echo "SKIP case sim:board=u280: $BUILD/lib/libtessera_rtl.so is not built"
 fi
 
+# ---- contract 1 on the boards: every matmul on a board with several read
+# ports (weights striped over its channels) gives the CPU's text ----------
+M=${TSR_MODELS_DIR:-../shared/models}
+if [ -f "$M/stories260K.gguf" ]; then
+  "$T" run -m "$M/stories260K.gguf" -p "Once upon a time" -n 120 --temp 0 --precision int8 \
+    --device cpu > "$out/cpu.txt" 2> /dev/null || { echo "FAIL stories260K on the cpu"; fail=1; }
+  for board in u280 u250 pcie-ddr4 usb3-artix7; do
+    if "$T" run -m "$M/stories260K.gguf" -p "Once upon a time" -n 120 --temp 0 --precision int8 \
+         --device "fmodel:board=$board" --offload all --no-fallback --stats \
+         > "$out/b.txt" 2> "$out/b.err" && cmp -s "$out/cpu.txt" "$out/b.txt"; then
+      echo "ok   stories260K int8 on fmodel:board=$board: the CPU's text; $(grep -m1 '^  launches:' "$out/b.err" | cut -c3-90)"
+    else
+      echo "FAIL stories260K int8 on fmodel:board=$board differs from the CPU"; tail -3 "$out/b.err"; fail=1
+    fi
+  done
+else
+  echo "SKIP case stories260K on the boards: no $M/stories260K.gguf"
+fi
+
 # ---- plan agrees with the projected crossover ----------------------------
 # name and gen-model sizes of one layer of each shape (7B: dim 4096, hidden
 # 11008, 32 heads; vocab 32000 as the others)
