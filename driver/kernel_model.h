@@ -6,8 +6,10 @@
  * hw/regmap.def) over a byte-addressed device memory exactly as the RTL
  * does: the same checks in the same order with the same TSR_HWERR_* codes,
  * the same STATUS / ERR_INDEX / DESC_DONE and the same BYTES_RD, BYTES_WR
- * and MACS counters. Cycle counts are estimated by the analytic model
- * below, which the benchmarks and the partitioner use as well.
+ * and MACS counters. Cycle counts come from the timing model below (an
+ * event walk of the RTL's pipeline, kernel_model.c; within 5 % of the RTL's
+ * CYC_BUSY on the default memory profile, checked by tests/e2e/rtl.sh),
+ * which the benchmarks and the partitioner use as well.
  *
  * Check order (per launch, then per descriptor; the first failure stops
  * the launch, descriptors before it have completed and written C):
@@ -41,7 +43,7 @@
  * of the failing descriptor (0 when the launch succeeded), DESC_DONE the
  * number completed.
  *
- * Dataflow (hw/rtl/tsr_core.sv), which fixes the counters: a GEMM runs in
+ * Dataflow (hw/rtl/tsr_core.sv and its engines), which fixes the counters: a GEMM runs in
  * GEMV mode when M * cols < bus_bytes (one A row per m block, the array's
  * rows become k lanes), else in GEMM mode (rows A rows per m block). Tiles
  * go m block (outer), n block (cols W rows), k chunk (k_chunk bytes,
