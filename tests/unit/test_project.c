@@ -120,6 +120,34 @@ static void test_model_overlap(void) {
   CU_ASSERT_TRUE(r.all_s > r.cpu_s);
 }
 
+/* Weights striped over 4 channels: 5 rows of 2 bytes, 2 rows per channel
+ * (cstride 4): rows 0..3 open channels 0..3, row 4 follows row 0. */
+static void test_stripe(void) {
+  const int8_t src[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const int8_t want[16] = {1, 2, 9, 10, 3, 4, 0, 0, 5, 6, 0, 0, 7, 8, 0, 0};
+  int8_t dst[16];
+  CU_ASSERT_EQUAL(tsr_tile_w_bytes(5, 2, 4), 16);
+  tsr_tile_w_stripe(dst, src, 5, 2, 4);
+  CU_ASSERT_EQUAL(memcmp(dst, want, sizeof want), 0);
+  tsr_desc_t d;
+  memset(&d, 0, sizeof d);
+  tsr_tile_w_desc(&d, 0x1000, 8192, 4096, 64, 32);
+  CU_ASSERT_EQUAL(d.w_nch, 32);
+  CU_ASSERT_EQUAL(d.w_cstride, 256 * 64);
+  CU_ASSERT_EQUAL(d.w_addr, 0x1000 + 128 * 64);
+  tsr_tile_w_desc(&d, 0x1000, 100, 0, 64, 1);
+  CU_ASSERT_EQUAL(d.w_nch, 0);
+  CU_ASSERT_EQUAL(d.w_addr, 0x1000);
+  tsr_hal_caps_t c;
+  memset(&c, 0, sizeof c);
+  c.mem_ports = 32;
+  CU_ASSERT_EQUAL(tsr_tile_w_channels(&c), 32);
+  c.mem_ports = 3; /* not a power of two: one channel */
+  CU_ASSERT_EQUAL(tsr_tile_w_channels(&c), 1);
+  c.mem_ports = 0;
+  CU_ASSERT_EQUAL(tsr_tile_w_channels(&c), 1);
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("project", NULL, NULL);
@@ -127,5 +155,6 @@ int main(void) {
   CU_add_test(s, "GEMV at the boards' channel bandwidth", test_gemv_bandwidth);
   CU_add_test(s, "a group's launch, cycles and copies", test_group);
   CU_add_test(s, "a layer: placement and queued launches", test_model_overlap);
+  CU_add_test(s, "weights striped over read ports", test_stripe);
   return tsr_test_run_all();
 }
