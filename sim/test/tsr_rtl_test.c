@@ -722,10 +722,16 @@ static int t_perf(void) {
         run_probs(&d, &p, 1, &r))
       return -1;
     frac = bytes / ((double)r.busy * d.cfg.mem_bytes_per_cycle * g_ports);
+    /* the array takes rows*cols bytes of W a cycle in GEMV mode: with many
+     * ports that, not the memory, is the bound */
+    double lim = (double)d.cfg.mem_bytes_per_cycle * g_ports;
+    if ((double)d.rows * d.cols < lim) lim = (double)d.rows * d.cols;
+    double frac_lim = bytes / ((double)r.busy * lim);
     printf("REPORT rtl gemv 1x%ux%u, W striped over %u ports (%ux%u array): %" PRIu64
-           " cycles, %.1f%% of modeled bandwidth (%u x %u B/cycle)\n", nk, nk, g_ports, d.rows,
-           d.cols, r.busy, 100 * frac, g_ports, d.cfg.mem_bytes_per_cycle);
-    CHECK(frac >= 0.80, "striped GEMV bandwidth fraction %.3f below 0.80", frac);
+           " cycles, %.1f%% of modeled bandwidth (%u x %u B/cycle), %.1f%% of the bound "
+           "(%.0f B/cycle: memory or array)\n", nk, nk, g_ports, d.rows, d.cols, r.busy,
+           100 * frac, g_ports, d.cfg.mem_bytes_per_cycle, 100 * frac_lim, lim);
+    CHECK(frac_lim >= 0.80, "striped GEMV fraction of the bound %.3f below 0.80", frac_lim);
     prob_free(&p);
   }
   dev_close(&d);
