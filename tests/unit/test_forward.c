@@ -411,6 +411,49 @@ static void test_int8_close_to_fp32(void) {
   tsr_model_destroy(m);
 }
 
+/* Greedy decoding from BOS for 200 positions by a default (fp32) session
+ * and one with options `o`, each its own tokens: the positions until they
+ * first choose differently, and the max and mean logit error over them. */
+typedef struct {
+  int agree;
+  double max_err, mean_err, scale;
+} greedy_cmp_t;
+
+static greedy_cmp_t greedy_compare(tsr_model_t *m, const tsr_session_options_t *o) {
+  greedy_cmp_t r = {-1, 0, 0, 0};
+  tsr_session_t *f = NULL, *h = NULL;
+  TSR_ASSERT_OK(tsr_session_create(m, NULL, &f));
+  TSR_ASSERT_OK(tsr_session_create(m, o, &h));
+  int32_t tf = 1, th = 1; /* BOS */
+  double sum = 0;
+  long n = 0;
+  for (int p = 0; p < 200 && f && h; p++) {
+    const float *lf = NULL, *lh = NULL;
+    TSR_ASSERT_OK(tsr_session_eval(f, &tf, 1, &lf));
+    TSR_ASSERT_OK(tsr_session_eval(h, &th, 1, &lh));
+    if (!lf || !lh) break;
+    int32_t bf = 0, bh = 0;
+    for (int i = 1; i < 512; i++) {
+      if (lf[i] > lf[bf]) bf = i;
+      if (lh[i] > lh[bh]) bh = i;
+    }
+    if (r.agree < 0) {
+      for (int i = 0; i < 512; i++, n++) {
+        r.max_err = fmax(r.max_err, fabs(lf[i] - lh[i]));
+        sum += fabs(lf[i] - lh[i]);
+        r.scale = fmax(r.scale, fabs(lf[i]));
+      }
+      if (bf != bh) r.agree = p;
+    }
+    tf = bf, th = bh;
+  }
+  if (r.agree < 0) r.agree = 200;
+  r.mean_err = sum / (double)(n ? n : 1);
+  tsr_session_destroy(f);
+  tsr_session_destroy(h);
+  return r;
+}
+
 /* The fp16 and int8 KV caches against the fp32 one, fp32 precision:
  * greedy decode of 200 positions from BOS by both (each its own greedy
  * tokens), the positions until they first disagree, and the worst logit
@@ -431,41 +474,14 @@ static void test_kv_reduced_close_to_f32(void) {
   for (int kind = 0; kind < 2; kind++) {
     tsr_session_options_t o;
     tsr_session_options_init(&o);
-    tsr_session_t *f = NULL, *h = NULL;
-    TSR_ASSERT_OK(tsr_session_create(m, &o, &f));
     o.kv_type = kinds[kind];
-    TSR_ASSERT_OK(tsr_session_create(m, &o, &h));
-    int32_t tf = 1, th = 1; /* BOS */
-    int agree = -1;
-    double e = 0, scale = 0;
-    for (int p = 0; p < 200 && f && h; p++) {
-      const float *lf = NULL, *lh = NULL;
-      TSR_ASSERT_OK(tsr_session_eval(f, &tf, 1, &lf));
-      TSR_ASSERT_OK(tsr_session_eval(h, &th, 1, &lh));
-      if (!lf || !lh) break;
-      int32_t bf = 0, bh = 0;
-      for (int i = 1; i < 512; i++) {
-        if (lf[i] > lf[bf]) bf = i;
-        if (lh[i] > lh[bh]) bh = i;
-      }
-      if (agree < 0) {
-        for (int i = 0; i < 512; i++) {
-          e = fmax(e, fabs(lf[i] - lh[i]));
-          scale = fmax(scale, fabs(lf[i]));
-        }
-        if (bf != bh) agree = p;
-      }
-      tf = bf, th = bh;
-    }
-    if (agree < 0) agree = 200;
+    const greedy_cmp_t r = greedy_compare(m, &o);
     printf("REPORT %s KV vs fp32 KV (fp32, stories260K greedy): same tokens for %d of 200 "
            "positions (floor %d), max abs logit error %.2e over them (max |logit| %.2f), "
-           "%.3f %% (ceiling %.0f %%)\n", names[kind], agree, floors[kind], e, scale,
-           100 * e / scale, 100 * ceilings[kind]);
-    CU_ASSERT_TRUE(agree >= floors[kind]);
-    CU_ASSERT_TRUE(e / scale < ceilings[kind]);
-    tsr_session_destroy(f);
-    tsr_session_destroy(h);
+           "%.3f %% (ceiling %.0f %%)\n", names[kind], r.agree, floors[kind], r.max_err, r.scale,
+           100 * r.max_err / r.scale, 100 * ceilings[kind]);
+    CU_ASSERT_TRUE(r.agree >= floors[kind]);
+    CU_ASSERT_TRUE(r.max_err / r.scale < ceilings[kind]);
   }
   tsr_session_t *bad = NULL;
   tsr_session_options_t o;
@@ -475,6 +491,10 @@ static void test_kv_reduced_close_to_f32(void) {
   tsr_model_destroy(m);
 }
 
+/* fp16 and bf16 engines against the double reference computing with the
+ * same half weights (and, for bf16, the same rounded matmul inputs): on
+ * stories260K (fp32 weights converted at load) and on generated F16 and
+ * BF16 files (weights used from the mapping). */
 static void test_half_vs_reference(void) {
   const char *bin = tsr_test_model_or_skip("stories260K.bin");
   const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
@@ -530,45 +550,15 @@ static void test_precision_accuracy(void) {
   for (int k = 0; k < 3; k++) {
     tsr_session_options_t o;
     tsr_session_options_init(&o);
-    tsr_session_t *f = NULL, *h = NULL;
-    TSR_ASSERT_OK(tsr_session_create(m, &o, &f));
     o.precision = precs[k];
-    TSR_ASSERT_OK(tsr_session_create(m, &o, &h));
-    if (!f || !h) break;
-    int32_t tf = 1, th = 1;
-    int agree = -1;
-    double e = 0, sum = 0, scale = 0;
-    long n = 0;
-    for (int p = 0; p < 200; p++) {
-      const float *lf = NULL, *lh = NULL;
-      TSR_ASSERT_OK(tsr_session_eval(f, &tf, 1, &lf));
-      TSR_ASSERT_OK(tsr_session_eval(h, &th, 1, &lh));
-      if (!lf || !lh) break;
-      int32_t bf = 0, bh = 0;
-      for (int i = 1; i < 512; i++) {
-        if (lf[i] > lf[bf]) bf = i;
-        if (lh[i] > lh[bh]) bh = i;
-      }
-      if (agree < 0) {
-        for (int i = 0; i < 512; i++, n++) {
-          e = fmax(e, fabs(lf[i] - lh[i]));
-          sum += fabs(lf[i] - lh[i]);
-          scale = fmax(scale, fabs(lf[i]));
-        }
-        if (bf != bh) agree = p;
-      }
-      tf = bf, th = bh;
-    }
-    if (agree < 0) agree = 200;
+    const greedy_cmp_t r = greedy_compare(m, &o);
     printf("REPORT %s vs fp32 (stories260K greedy): same tokens for %d of 200 positions "
            "(floor %d); logit error over them: max %.2e (%.3f %% of max |logit| %.2f, ceiling "
            "%.1f %%), mean %.2e\n",
-           tsr_precision_name(precs[k]), agree, floor_agree[k], e, 100 * e / scale, scale,
-           100 * ceil_max[k], sum / (double)(n ? n : 1));
-    CU_ASSERT_TRUE(agree >= floor_agree[k]);
-    CU_ASSERT_TRUE(e / scale < ceil_max[k]);
-    tsr_session_destroy(f);
-    tsr_session_destroy(h);
+           tsr_precision_name(precs[k]), r.agree, floor_agree[k], r.max_err,
+           100 * r.max_err / r.scale, r.scale, 100 * ceil_max[k], r.mean_err);
+    CU_ASSERT_TRUE(r.agree >= floor_agree[k]);
+    CU_ASSERT_TRUE(r.max_err / r.scale < ceil_max[k]);
   }
   tsr_session_t *bad = NULL;
   tsr_session_options_t o;
