@@ -68,37 +68,41 @@ void tsr_bf16_round(tsr_hkernel_t kern, uint16_t *dst, const float *x, size_t n)
 
 /* ---- portable kernels: four partial sums per dot product ---- */
 
-static void f16_portable(float *c, size_t ldc, const float *x, size_t ldx, const uint16_t *w,
-                         size_t ldw, int32_t m, int32_t n0, int32_t n1, int32_t k) {
+/* X[i] and W[i] widened: fp16 W with fp32 X (bf = false), or bf16 both. */
+static inline float x_at(bool bf, const void *x, size_t i) {
+  return bf ? tsr_bf16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
+}
+static inline float w_at(bool bf, const uint16_t *w, size_t i) {
+  return bf ? tsr_bf16_to_f32(w[i]) : tsr_f16_to_f32(w[i]);
+}
+
+static void widen_portable(bool bf, float *c, size_t ldc, const void *x, size_t ldx,
+                           const uint16_t *w, size_t ldw, int32_t m, int32_t n0, int32_t n1,
+                           int32_t k) {
   for (int32_t j = n0; j < n1; j++) {
-    const uint16_t *wr = w + (size_t)j * ldw;
+    const size_t wr = (size_t)j * ldw;
     for (int32_t i = 0; i < m; i++) {
-      const float *xr = x + (size_t)i * ldx;
+      const size_t xr = (size_t)i * ldx;
       float s[4] = {0, 0, 0, 0};
       int32_t t = 0;
       for (; t + 4 <= k; t += 4)
-        for (int l = 0; l < 4; l++) s[l] += xr[t + l] * tsr_f16_to_f32(wr[t + l]);
-      for (; t < k; t++) s[0] += xr[t] * tsr_f16_to_f32(wr[t]);
+        for (int l = 0; l < 4; l++)
+          s[l] += x_at(bf, x, xr + (size_t)(t + l)) * w_at(bf, w, wr + (size_t)(t + l));
+      for (; t < k; t++) s[0] += x_at(bf, x, xr + (size_t)t) * w_at(bf, w, wr + (size_t)t);
       c[(size_t)i * ldc + (size_t)j] = (s[0] + s[1]) + (s[2] + s[3]);
     }
   }
 }
 
+static void f16_portable(float *c, size_t ldc, const float *x, size_t ldx, const uint16_t *w,
+                         size_t ldw, int32_t m, int32_t n0, int32_t n1, int32_t k) {
+  widen_portable(false, c, ldc, x, ldx, w, ldw, m, n0, n1, k);
+}
+
 static void bf16_portable(float *c, size_t ldc, const uint16_t *x, size_t ldx,
                           const uint16_t *w, size_t ldw, int32_t m, int32_t n0, int32_t n1,
                           int32_t k) {
-  for (int32_t j = n0; j < n1; j++) {
-    const uint16_t *wr = w + (size_t)j * ldw;
-    for (int32_t i = 0; i < m; i++) {
-      const uint16_t *xr = x + (size_t)i * ldx;
-      float s[4] = {0, 0, 0, 0};
-      int32_t t = 0;
-      for (; t + 4 <= k; t += 4)
-        for (int l = 0; l < 4; l++) s[l] += tsr_bf16_to_f32(xr[t + l]) * tsr_bf16_to_f32(wr[t + l]);
-      for (; t < k; t++) s[0] += tsr_bf16_to_f32(xr[t]) * tsr_bf16_to_f32(wr[t]);
-      c[(size_t)i * ldc + (size_t)j] = (s[0] + s[1]) + (s[2] + s[3]);
-    }
-  }
+  widen_portable(true, c, ldc, x, ldx, w, ldw, m, n0, n1, k);
 }
 
 /* ---- the split over N ---- */

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "compute/hgemm.h"
+#include "compute/hgemm_loops.h"
 
 enum { MR = 4, NR = 2, M_CHUNK = 64 };
 
@@ -31,90 +32,45 @@ HG_TARGET static inline __attribute__((always_inline)) __m256 widen_bf16(__m128i
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-HG_TARGET static inline __attribute__((always_inline)) void mk_f16(int mr, int nr, float *c,
-                                                                   size_t ldc, const float *x,
-                                                                   size_t ldx,
-                                                                   const uint16_t *w,
-                                                                   size_t ldw, int32_t k) {
+/* fp16 W with fp32 X (BF = 0) or bf16 W and X (BF = 1), widened; `n` < 8
+ * lanes of a tail (the rest zero), 8 for a whole step. */
+HG_TARGET static inline __attribute__((always_inline)) __m256 load_w(int bf, const uint16_t *p,
+                                                                    int n) {
+  const __m128i h = n == 8 ? _mm_loadu_si128((const __m128i *)p) : load_part(p, n);
+  return bf ? widen_bf16(h) : _mm256_cvtph_ps(h);
+}
+HG_TARGET static inline __attribute__((always_inline)) __m256 load_x(int bf, const void *p,
+                                                                    size_t at, int n) {
+  if (bf) return load_w(1, (const uint16_t *)p + at, n);
+  const float *f = (const float *)p + at;
+  if (n == 8) return _mm256_loadu_ps(f);
+  float t[8] = {0};
+  for (int l = 0; l < n; l++) t[l] = f[l];
+  return _mm256_loadu_ps(t);
+}
+
+HG_TARGET static inline __attribute__((always_inline)) void mk_widen(int bf, int mr, int nr,
+                                                                     float *c, size_t ldc,
+                                                                     const void *x, size_t ldx,
+                                                                     const uint16_t *w,
+                                                                     size_t ldw, int32_t k) {
   __m256 acc[MR][NR];
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
-  int32_t t = 0;
-  for (; t + 8 <= k; t += 8) {
+  for (int32_t t = 0; t < k; t += 8) {
+    const int n = k - t >= 8 ? 8 : (int)(k - t);
     __m256 wv[NR];
-    for (int j = 0; j < nr; j++)
-      wv[j] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (size_t)j * ldw + t)));
+    for (int j = 0; j < nr; j++) wv[j] = load_w(bf, w + (size_t)j * ldw + t, n);
     for (int i = 0; i < mr; i++) {
-      const __m256 xv = _mm256_loadu_ps(x + (size_t)i * ldx + t);
-      for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  if (t < k) {
-    const int rest = (int)(k - t);
-    __m256 wv[NR];
-    for (int j = 0; j < nr; j++) wv[j] = _mm256_cvtph_ps(load_part(w + (size_t)j * ldw + t, rest));
-    for (int i = 0; i < mr; i++) {
-      float xt[8] = {0};
-      for (int l = 0; l < rest; l++) xt[l] = x[(size_t)i * ldx + (size_t)t + (size_t)l];
-      const __m256 xv = _mm256_loadu_ps(xt);
+      const __m256 xv = load_x(bf, x, (size_t)i * ldx + (size_t)t, n);
       for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) c[(size_t)i * ldc + (size_t)j] = hsum(acc[i][j]);
 }
-
-HG_TARGET static inline __attribute__((always_inline)) void mk_bf16(int mr, int nr, float *c,
-                                                                    size_t ldc,
-                                                                    const uint16_t *x,
-                                                                    size_t ldx,
-                                                                    const uint16_t *w,
-                                                                    size_t ldw, int32_t k) {
-  __m256 acc[MR][NR];
-  for (int i = 0; i < mr; i++)
-    for (int j = 0; j < nr; j++) acc[i][j] = _mm256_setzero_ps();
-  int32_t t = 0;
-  for (; t + 8 <= k; t += 8) {
-    __m256 wv[NR];
-    for (int j = 0; j < nr; j++)
-      wv[j] = widen_bf16(_mm_loadu_si128((const __m128i *)(w + (size_t)j * ldw + t)));
-    for (int i = 0; i < mr; i++) {
-      const __m256 xv = widen_bf16(_mm_loadu_si128((const __m128i *)(x + (size_t)i * ldx + t)));
-      for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  if (t < k) {
-    const int rest = (int)(k - t);
-    __m256 wv[NR];
-    for (int j = 0; j < nr; j++) wv[j] = widen_bf16(load_part(w + (size_t)j * ldw + t, rest));
-    for (int i = 0; i < mr; i++) {
-      const __m256 xv = widen_bf16(load_part(x + (size_t)i * ldx + t, rest));
-      for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  for (int i = 0; i < mr; i++)
-    for (int j = 0; j < nr; j++) c[(size_t)i * ldc + (size_t)j] = hsum(acc[i][j]);
-}
-
-#define HG_CASE(MK, a, b) \
-  case ((a) - 1) * NR + (b) - 1: MK(a, b, cp, ldc, xp, ldx, wp, ldw, k); break;
-#define HG_LOOPS(MK)                                                                    \
-  for (int32_t i0 = 0; i0 < m; i0 += M_CHUNK) {                                         \
-    const int32_t i1 = m - i0 < M_CHUNK ? m : i0 + M_CHUNK;                            \
-    for (int32_t j = n0; j < n1; j += NR) {                                             \
-      const int nr = n1 - j < NR ? (int)(n1 - j) : NR;                                  \
-      for (int32_t i = i0; i < i1; i += MR) {                                           \
-        const int mr = i1 - i < MR ? (int)(i1 - i) : MR;                                \
-        float *cp = c + (size_t)i * ldc + (size_t)j;                                    \
-        const uint16_t *wp = w + (size_t)j * ldw;                                       \
-        const __typeof__(x) xp = x + (size_t)i * ldx;                                   \
-        switch ((mr - 1) * NR + nr - 1) {                                               \
-          HG_CASE(MK, 1, 1) HG_CASE(MK, 1, 2) HG_CASE(MK, 2, 1) HG_CASE(MK, 2, 2)       \
-          HG_CASE(MK, 3, 1) HG_CASE(MK, 3, 2) HG_CASE(MK, 4, 1) HG_CASE(MK, 4, 2)       \
-        }                                                                               \
-      }                                                                                 \
-    }                                                                                   \
-  }
+#define mk_f16(mr, nr, ...) mk_widen(0, mr, nr, __VA_ARGS__)
+#define mk_bf16(mr, nr, ...) mk_widen(1, mr, nr, __VA_ARGS__)
 
 HG_TARGET void tsr_hgemm_f16_avx2(float *c, size_t ldc, const float *x, size_t ldx,
                                   const uint16_t *w, size_t ldw, int32_t m, int32_t n0,

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "compute/hgemm.h"
+#include "compute/hgemm_loops.h"
 
 enum { MR = 8, NR = 3, M_CHUNK = 64 };
 
@@ -50,74 +51,44 @@ static inline __attribute__((always_inline)) __m512 widen_bf16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* ---- fp16 weights, fp32 X: 16 k per step ---- */
+/* ---- widened to fp32, 16 k per step: fp16 W with fp32 X (BF = 0), or
+ * bf16 W and X (BF = 1) ---- */
 
-static inline __attribute__((always_inline)) void mk_f16(int mr, int nr, float *c, size_t ldc,
-                                                         const float *x, size_t ldx,
-                                                         const uint16_t *w, size_t ldw,
-                                                         int32_t k) {
-  __m512 acc[MR][NR];
-  for (int i = 0; i < mr; i++)
-    for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
-  int32_t t = 0;
-  for (; t + 16 <= k; t += 16) {
-    __m512 wv[NR];
-    for (int j = 0; j < nr; j++) {
-      wv[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * ldw + t)));
-      PREFETCH_NEXT(w + (size_t)j * ldw + t);
-    }
-    for (int i = 0; i < mr; i++) {
-      const __m512 xv = _mm512_loadu_ps(x + (size_t)i * ldx + t);
-      for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  if (t < k) {
-    const __mmask16 mk = (__mmask16)((1u << (k - t)) - 1);
-    __m512 wv[NR];
-    for (int j = 0; j < nr; j++)
-      wv[j] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, w + (size_t)j * ldw + t));
-    for (int i = 0; i < mr; i++) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + (size_t)i * ldx + t);
-      for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  for (int i = 0; i < mr; i++) store_row(c + (size_t)i * ldc, acc[i], nr);
+static inline __attribute__((always_inline)) __m512 load_w(int bf, const uint16_t *p,
+                                                          __mmask16 mk) {
+  const __m256i h = _mm256_maskz_loadu_epi16(mk, p);
+  return bf ? widen_bf16(h) : _mm512_cvtph_ps(h);
+}
+static inline __attribute__((always_inline)) __m512 load_x(int bf, const void *p, size_t at,
+                                                          __mmask16 mk) {
+  return bf ? widen_bf16(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)p + at))
+            : _mm512_maskz_loadu_ps(mk, (const float *)p + at);
 }
 
-/* ---- bf16 weights and X, widened: 16 k per step ---- */
-
-static inline __attribute__((always_inline)) void mk_bf16w(int mr, int nr, float *c,
-                                                           size_t ldc, const uint16_t *x,
+static inline __attribute__((always_inline)) void mk_widen(int bf, int mr, int nr, float *c,
+                                                           size_t ldc, const void *x,
                                                            size_t ldx, const uint16_t *w,
                                                            size_t ldw, int32_t k) {
   __m512 acc[MR][NR];
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
-  int32_t t = 0;
-  for (; t + 16 <= k; t += 16) {
+  for (int32_t t = 0; t < k; t += 16) {
+    /* whole steps unmasked; the tail's masked-off lanes load as zero */
+    const __mmask16 mk = k - t >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - t)) - 1);
     __m512 wv[NR];
     for (int j = 0; j < nr; j++) {
-      wv[j] = widen_bf16(_mm256_loadu_si256((const __m256i *)(w + (size_t)j * ldw + t)));
+      wv[j] = load_w(bf, w + (size_t)j * ldw + t, mk);
       PREFETCH_NEXT(w + (size_t)j * ldw + t);
     }
     for (int i = 0; i < mr; i++) {
-      const __m512 xv =
-          widen_bf16(_mm256_loadu_si256((const __m256i *)(x + (size_t)i * ldx + t)));
-      for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-    }
-  }
-  if (t < k) {
-    const __mmask16 mk = (__mmask16)((1u << (k - t)) - 1);
-    __m512 wv[NR];
-    for (int j = 0; j < nr; j++)
-      wv[j] = widen_bf16(_mm256_maskz_loadu_epi16(mk, w + (size_t)j * ldw + t));
-    for (int i = 0; i < mr; i++) {
-      const __m512 xv = widen_bf16(_mm256_maskz_loadu_epi16(mk, x + (size_t)i * ldx + t));
+      const __m512 xv = load_x(bf, x, (size_t)i * ldx + (size_t)t, mk);
       for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
   for (int i = 0; i < mr; i++) store_row(c + (size_t)i * ldc, acc[i], nr);
 }
+#define mk_f16(mr, nr, ...) mk_widen(0, mr, nr, __VA_ARGS__)
+#define mk_bf16w(mr, nr, ...) mk_widen(1, mr, nr, __VA_ARGS__)
 
 /* ---- bf16 with VDPBF16PS: 32 k (16 pairs) per step ---- */
 
@@ -127,23 +98,14 @@ mk_bf16dp(int mr, int nr, float *c, size_t ldc, const uint16_t *x, size_t ldx,
   __m512 acc[MR][NR];
   for (int i = 0; i < mr; i++)
     for (int j = 0; j < nr; j++) acc[i][j] = _mm512_setzero_ps();
-  int32_t t = 0;
-  for (; t + 32 <= k; t += 32) {
+  for (int32_t t = 0; t < k; t += 32) {
+    /* zero pairs (the tail's masked-off lanes) add nothing */
+    const __mmask32 mk = k - t >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1ull << (k - t)) - 1);
     __m512i wv[NR];
     for (int j = 0; j < nr; j++) {
-      wv[j] = _mm512_loadu_si512(w + (size_t)j * ldw + t);
+      wv[j] = _mm512_maskz_loadu_epi16(mk, w + (size_t)j * ldw + t);
       PREFETCH_NEXT(w + (size_t)j * ldw + t);
     }
-    for (int i = 0; i < mr; i++) {
-      const __m512i xv = _mm512_loadu_si512(x + (size_t)i * ldx + t);
-      for (int j = 0; j < nr; j++)
-        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)xv, (__m512bh)wv[j]);
-    }
-  }
-  if (t < k) { /* zero pairs add nothing */
-    const __mmask32 mk = (__mmask32)((1ull << (k - t)) - 1);
-    __m512i wv[NR];
-    for (int j = 0; j < nr; j++) wv[j] = _mm512_maskz_loadu_epi16(mk, w + (size_t)j * ldw + t);
     for (int i = 0; i < mr; i++) {
       const __m512i xv = _mm512_maskz_loadu_epi16(mk, x + (size_t)i * ldx + t);
       for (int j = 0; j < nr; j++)
@@ -152,28 +114,6 @@ mk_bf16dp(int mr, int nr, float *c, size_t ldc, const uint16_t *x, size_t ldx,
   }
   for (int i = 0; i < mr; i++) store_row(c + (size_t)i * ldc, acc[i], nr);
 }
-
-/* The block loops, with every (mr, nr) <= (MR, NR) a specialized call. */
-#define HG_CASE(MK, a, b) \
-  case ((a) - 1) * NR + (b) - 1: MK(a, b, cp, ldc, xp, ldx, wp, ldw, k); break;
-#define HG_CASES_ROW(MK, a) HG_CASE(MK, a, 1) HG_CASE(MK, a, 2) HG_CASE(MK, a, 3)
-#define HG_LOOPS(MK)                                                             \
-  for (int32_t i0 = 0; i0 < m; i0 += M_CHUNK) {                                  \
-    const int32_t i1 = m - i0 < M_CHUNK ? m : i0 + M_CHUNK;                     \
-    for (int32_t j = n0; j < n1; j += NR) {                                      \
-      const int nr = n1 - j < NR ? (int)(n1 - j) : NR;                           \
-      for (int32_t i = i0; i < i1; i += MR) {                                    \
-        const int mr = i1 - i < MR ? (int)(i1 - i) : MR;                         \
-        float *cp = c + (size_t)i * ldc + (size_t)j;                             \
-        const uint16_t *wp = w + (size_t)j * ldw;                                \
-        const __typeof__(x) xp = x + (size_t)i * ldx;                            \
-        switch ((mr - 1) * NR + nr - 1) {                                        \
-          HG_CASES_ROW(MK, 1) HG_CASES_ROW(MK, 2) HG_CASES_ROW(MK, 3) HG_CASES_ROW(MK, 4) \
-          HG_CASES_ROW(MK, 5) HG_CASES_ROW(MK, 6) HG_CASES_ROW(MK, 7) HG_CASES_ROW(MK, 8) \
-        }                                                                        \
-      }                                                                          \
-    }                                                                            \
-  }
 
 void tsr_hgemm_f16_avx512(float *c, size_t ldc, const float *x, size_t ldx, const uint16_t *w,
                           size_t ldw, int32_t m, int32_t n0, int32_t n1, int32_t k) {

@@ -495,6 +495,11 @@ static void test_kv_reduced_close_to_f32(void) {
  * same half weights (and, for bf16, the same rounded matmul inputs): on
  * stories260K (fp32 weights converted at load) and on generated F16 and
  * BF16 files (weights used from the mapping). */
+/* bf16: the reference rounds its own (double) activations to bf16, and one
+ * within fp32 rounding of a bf16 tie goes the other way than the engine's:
+ * measured up to 1.7e-3 with the AVX2 kernels, 1e-7 with AVX-512 BF16. */
+#define BF16_CEILING 1e-2
+
 static void test_half_vs_reference(void) {
   const char *bin = tsr_test_model_or_skip("stories260K.bin");
   const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
@@ -503,7 +508,7 @@ static void test_half_vs_reference(void) {
     TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
     if (m) {
       check_precision(m, "stories260K", TSR_PRECISION_FP16, 1e-5);
-      check_precision(m, "stories260K", TSR_PRECISION_BF16, 1e-5);
+      check_precision(m, "stories260K", TSR_PRECISION_BF16, BF16_CEILING);
       tsr_model_destroy(m);
     }
   }
@@ -522,7 +527,8 @@ static void test_half_vs_reference(void) {
     if (!m) continue;
     char what[64];
     snprintf(what, sizeof what, "generated %s", types[t]);
-    check_precision(m, what, t ? TSR_PRECISION_BF16 : TSR_PRECISION_FP16, 1e-5);
+    check_precision(m, what, t ? TSR_PRECISION_BF16 : TSR_PRECISION_FP16,
+                    t ? BF16_CEILING : 1e-5);
     /* the file's halves are used in place: no copy of any weight */
     if (t) CU_ASSERT_PTR_NULL(m->layers[0].wq.bf16_owned);
     if (!t) CU_ASSERT_PTR_NULL(m->layers[0].wq.f16_owned);
