@@ -98,6 +98,16 @@ static void test_swiglu(void) {
 
 /* ---- an independent forward pass in double precision ---- */
 
+/* stories260K (llama2.c file and tokenizer), or NULL when the reference
+ * models are absent (the test is reported skipped) or it fails to load. */
+static tsr_model_t *load_stories260k(void) {
+  tsr_model_t *m = NULL;
+  const char *bin = tsr_test_model_or_skip("stories260K.bin");
+  const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
+  if (tok) TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
+  return m;
+}
+
 typedef struct {
   const tsr_model_t *m;
   int pos;
@@ -299,11 +309,7 @@ static void check_against_reference(tsr_model_t *m, const char *what) {
 }
 
 static void test_forward_stories260k(void) {
-  tsr_model_t *m = NULL;
-  const char *bin = tsr_test_model_or_skip("stories260K.bin");
-  const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
-  if (!tok) return;
-  TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
+  tsr_model_t *m = load_stories260k();
   if (!m) return;
   check_against_reference(m, "stories260K (shared classifier)");
   tsr_model_destroy(m);
@@ -383,11 +389,7 @@ static void test_prefill_matches_decode(void) {
  * set: max abs error 0.395 for a max |logit| of 15.54, 2.5 %; the ceiling is
  * 4 %. */
 static void test_int8_close_to_fp32(void) {
-  tsr_model_t *m = NULL;
-  const char *bin = tsr_test_model_or_skip("stories260K.bin");
-  const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
-  if (!tok) return;
-  TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
+  tsr_model_t *m = load_stories260k();
   if (!m) return;
   tsr_session_options_t o;
   tsr_session_options_init(&o);
@@ -461,11 +463,7 @@ static greedy_cmp_t greedy_compare(tsr_model_t *m, const tsr_session_options_t *
  * fp16 200 positions, 0.11 %; int8 118 positions, 4.1 %): fp16 agrees for at
  * least 100 positions within 1 %, int8 for at least 80 within 6 %. */
 static void test_kv_reduced_close_to_f32(void) {
-  tsr_model_t *m = NULL;
-  const char *bin = tsr_test_model_or_skip("stories260K.bin");
-  const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
-  if (!tok) return;
-  TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
+  tsr_model_t *m = load_stories260k();
   if (!m) return;
   const tsr_kv_type_t kinds[] = {TSR_KV_F16, TSR_KV_Q8};
   const char *names[] = {"fp16", "int8"};
@@ -544,11 +542,7 @@ static void test_half_vs_reference(void) {
  * them relative to max |logit|. Floors set below the measured values (fp16
  * 200, bf16 185, int8 61 positions) with room for other kernels' orders. */
 static void test_precision_accuracy(void) {
-  tsr_model_t *m = NULL;
-  const char *bin = tsr_test_model_or_skip("stories260K.bin");
-  const char *tok = bin ? tsr_test_model_or_skip("tok512.bin") : NULL;
-  if (!tok) return;
-  TSR_ASSERT_OK(tsr_model_load(ctx, bin, tok, &m));
+  tsr_model_t *m = load_stories260k();
   if (!m) return;
   const tsr_precision_t precs[] = {TSR_PRECISION_FP16, TSR_PRECISION_BF16, TSR_PRECISION_INT8};
   const int floor_agree[] = {150, 100, 30};
