@@ -87,6 +87,8 @@ static void usage(FILE *f) {
           "                   steps start, comma-separated (default 0,256,512,896 where\n"
           "                   the context holds them, else 0 and 1/4, 1/2, 7/8 of it);\n"
           "                   'none' skips the sweep\n"
+          "  --half           also fp16 on each model's F16 file and bf16 on its BF16 file\n"
+          "                   (generated beside the f32 one), against the peer's runs on them\n"
           "  --no-process     no whole-process runs (`tessera run` as a child process:\n"
           "                   its wall time and peak RSS; load times are always measured)\n"
           "  --plot DIR       PNG charts (gnuplot) in DIR, each with its data (.dat) and\n"
@@ -113,7 +115,8 @@ double cli_median(double *v, int n) {
  * once when shared). */
 static double params_millions(const tsr_model_config_t *c) {
   const double hd = c->hidden_dim, d = c->dim, kv = (double)c->n_kv_heads * c->head_dim;
-  return (c->n_layers * (d * d * 2 + 2 * d * kv + 3 * d * hd) +
+  const double e = c->n_experts ? c->n_experts : 1; /* experts, and their router */
+  return (c->n_layers * (d * d * 2 + 2 * d * kv + 3 * d * hd * e + (c->n_experts ? d * e : 0)) +
           (c->shared_classifier ? 1 : 2) * (double)c->vocab_size * d) / 1e6;
 }
 
@@ -123,7 +126,11 @@ static tsr_status_t bench_model_file(const char *dir, const char *preset, tsr_dt
                                      bool quiet, char *path, size_t cap) {
   tsr_gen_params_t p;
   TSR_RETURN_IF(tsr_gen_preset(preset, &p));
-  snprintf(path, cap, "%s/%s-%s-seed1.gguf", dir, preset, type == TSR_DTYPE_Q8_0 ? "q8_0" : "f32");
+  snprintf(path, cap, "%s/%s-%s-seed1.gguf", dir, preset,
+           type == TSR_DTYPE_Q8_0   ? "q8_0"
+           : type == TSR_DTYPE_F16  ? "f16"
+           : type == TSR_DTYPE_BF16 ? "bf16"
+                                    : "f32");
   struct stat st;
   if (stat(path, &st) == 0) return TSR_OK;
   p.seed = 1;
@@ -143,7 +150,10 @@ tsr_status_t cli_bench_model_path(const char *dir, const char *preset, bool quie
 static uint64_t offload_mem_bytes(const tsr_model_config_t *c) {
   const double d = c->dim, hd = c->hidden_dim, kv = (double)c->n_kv_heads * c->head_dim;
   const double q = (double)c->n_heads * c->head_dim;
-  const double w = c->n_layers * (d * q * 2 + 2 * d * kv + 3 * d * hd) + (double)c->vocab_size * d;
+  const double e = c->n_experts ? c->n_experts : 1;
+  const double w =
+      c->n_layers * (d * q * 2 + 2 * d * kv + 3 * d * hd * e + (c->n_experts ? d * e : 0)) +
+      (double)c->vocab_size * d;
   uint64_t bytes = (uint64_t)(w * 1.125) + (128ull << 20);
   bytes = (bytes + (64ull << 20) - 1) & ~((64ull << 20) - 1);
   return bytes > (256ull << 20) ? bytes : 256ull << 20;
@@ -204,6 +214,12 @@ typedef struct {
   char q8_path[1024];
   double q8_prefill_tps, q8_decode_tps; /* tessera int8 on the q8_0 file */
   double q8_load_ms;
+  /* --half: fp16 on the model's F16 file, bf16 on its BF16 file ([0], [1]),
+   * with the peer on the same files */
+  bool half_ran;
+  char half_path[2][1024];
+  double half_prefill_tps[2], half_decode_tps[2], half_load_ms[2];
+  peer_result_t half_peer[2];
   /* CPU int8 batch sweep (with --plot) */
   int n_batches, batch_reps;
   int32_t batches[PLOT_N_BATCHES];
@@ -382,10 +398,13 @@ static void peer_done(peer_result_t *pr, int reps, double *pp, double *tg) {
   pr->tg_tps = cli_median(tg, reps);
 }
 
-/* With a peer: tessera int8 on the model's q8_0 file (the format the peer
- * runs as int8), load timed, then `reps` repetitions each followed by the
- * peer's run on that file. */
-static tsr_status_t bench_q8(tsr_context_t *ctx, const model_bench_t *o, model_result_t *r) {
+/* tessera at `prec` on another file of the model (`path`: its q8_0, F16
+ * or BF16 weights), load timed, then `reps` repetitions, each followed by
+ * the peer's run on that file when there is a peer. */
+static tsr_status_t bench_typed(tsr_context_t *ctx, const model_bench_t *o,
+                                const model_result_t *r, const char *path,
+                                tsr_precision_t prec, double *prefill_tps, double *decode_tps,
+                                double *load_ms, peer_result_t *peer) {
   const int reps = o->reps;
   const int32_t n_prompt = r->n_prompt, n_decode = r->n_decode, vocab = r->cfg.vocab_size;
   int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_prompt);
@@ -393,16 +412,16 @@ static tsr_status_t bench_q8(tsr_context_t *ctx, const model_bench_t *o, model_r
   double *ppp = malloc(sizeof(double) * (size_t)reps), *ptg = malloc(sizeof(double) * (size_t)reps);
   tsr_status_t s = toks && pre && dec && ppp && ptg
                        ? TSR_OK
-                       : TSR_ERR(RESOURCE_EXHAUSTED, "%s: benchmark buffers", r->q8_path);
+                       : TSR_ERR(RESOURCE_EXHAUSTED, "%s: benchmark buffers", path);
   tsr_model_t *m = NULL;
   tsr_session_t *sess = NULL;
   tsr_session_options_t so;
   tsr_session_options_init(&so);
-  so.precision = TSR_PRECISION_INT8;
+  so.precision = prec;
   double lt[LOAD_MAX_RUNS];
   for (int l = 0; l < r->load_runs && !s; l++) {
     const double t0 = cli_now_s();
-    s = tsr_model_load(ctx, r->q8_path, NULL, &m);
+    s = tsr_model_load(ctx, path, NULL, &m);
     if (!s) s = tsr_session_create(m, &so, &sess);
     lt[l] = (cli_now_s() - t0) * 1e3;
     if (l + 1 < r->load_runs || s) {
@@ -412,7 +431,7 @@ static tsr_status_t bench_q8(tsr_context_t *ctx, const model_bench_t *o, model_r
     }
   }
   if (!s) {
-    r->q8_load_ms = cli_median(lt, r->load_runs);
+    *load_ms = cli_median(lt, r->load_runs);
     bench_tokens(toks, n_prompt, vocab);
   }
   for (int rep = 0; rep < reps && !s; rep++) {
@@ -427,17 +446,41 @@ static tsr_status_t bench_q8(tsr_context_t *ctx, const model_bench_t *o, model_r
     }
     pre[rep] = n_prompt / (t1 - t0);
     dec[rep] = n_decode / (cli_now_s() - t1);
-    if (!s) peer_rep(o, r->q8_path, n_prompt, n_decode, rep, ppp, ptg, &r->peer[1]);
+    if (!s && o->peer) peer_rep(o, path, n_prompt, n_decode, rep, ppp, ptg, peer);
   }
   if (!s) {
-    r->q8_prefill_tps = cli_median(pre, reps);
-    r->q8_decode_tps = cli_median(dec, reps);
-    peer_done(&r->peer[1], reps, ppp, ptg);
+    *prefill_tps = cli_median(pre, reps);
+    *decode_tps = cli_median(dec, reps);
+    if (o->peer) peer_done(peer, reps, ppp, ptg);
   }
   tsr_session_destroy(sess);
   tsr_model_destroy(m);
   free(toks), free(pre), free(dec), free(ppp), free(ptg);
   return s;
+}
+
+/* With a peer: tessera int8 on the model's q8_0 file (the format the peer
+ * runs as int8). */
+static tsr_status_t bench_q8(tsr_context_t *ctx, const model_bench_t *o, model_result_t *r) {
+  return bench_typed(ctx, o, r, r->q8_path, TSR_PRECISION_INT8, &r->q8_prefill_tps,
+                     &r->q8_decode_tps, &r->q8_load_ms, &r->peer[1]);
+}
+
+/* --half: fp16 on the model's F16 file and bf16 on its BF16 file. */
+static tsr_status_t bench_half(tsr_context_t *ctx, const char *dir, bool quiet,
+                               const model_bench_t *o, model_result_t *r) {
+  const tsr_dtype_t types[2] = {TSR_DTYPE_F16, TSR_DTYPE_BF16};
+  const tsr_precision_t precs[2] = {TSR_PRECISION_FP16, TSR_PRECISION_BF16};
+  r->half_ran = true;
+  for (int h = 0; h < 2; h++) {
+    TSR_RETURN_IF(bench_model_file(dir, r->preset, types[h], quiet, r->half_path[h],
+                                   sizeof r->half_path[h]));
+    if (!quiet)
+      fprintf(stderr, "tessera bench: %s, %s\n", r->preset, tsr_precision_name(precs[h]));
+    TSR_RETURN_IF(bench_typed(ctx, o, r, r->half_path[h], precs[h], &r->half_prefill_tps[h],
+                              &r->half_decode_tps[h], &r->half_load_ms[h], &r->half_peer[h]));
+  }
+  return TSR_OK;
 }
 
 /* Per precision: the model loaded and its session created (timed, a few
@@ -1128,6 +1171,28 @@ static void models_print_json(const model_result_t *res, int n_res, bool offload
       }
       printf("}");
     }
+    if (r->half_ran) {
+      printf(",\n     \"half\": {");
+      for (int h = 0; h < 2; h++) {
+        printf("%s\"%s\": {\"file\": ", h ? ", " : "", h ? "bf16" : "fp16");
+        cli_json_string(stdout, r->half_path[h]);
+        printf(", \"load_ms\": %.2f, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f",
+               r->half_load_ms[h], r->half_prefill_tps[h], r->half_decode_tps[h]);
+        const peer_result_t *pr = &r->half_peer[h];
+        if (r->peer_ran && pr->ok)
+          printf(", \"peer\": {\"ok\": true, \"prefill_tok_s\": %.2f, \"decode_tok_s\": %.2f, "
+                 "\"prefill_ratio\": %.4f, \"decode_ratio\": %.4f}",
+                 pr->pp_tps, pr->tg_tps, r->half_prefill_tps[h] / pr->pp_tps,
+                 r->half_decode_tps[h] / pr->tg_tps);
+        else if (r->peer_ran) {
+          printf(", \"peer\": {\"ok\": false, \"error\": ");
+          cli_json_string(stdout, pr->err[0] ? pr->err : "not run");
+          printf("}");
+        }
+        printf("}");
+      }
+      printf("}");
+    }
     if (r->n_batches) {
       printf(",\n     \"batched_cpu_int8\": {\"reps\": %d, \"batches\": [", r->batch_reps);
       for (int b = 0; b < r->n_batches; b++) printf("%s%d", b ? ", " : "", r->batches[b]);
@@ -1178,6 +1243,30 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
         else
           printf("%-14s %-5s peer failed: %s\n", r->preset, file,
                  pr->err[0] ? pr->err : "not run");
+      }
+    }
+  }
+  if (r0->half_ran) {
+    printf("\nhalf precisions (--half): fp16 on each model's F16 file, bf16 on its BF16 file\n"
+           "(weights from the mapping; fp32 sums), prefill %d tokens and %d decode steps,\n"
+           "medians of %d; load = tsr_model_load + tsr_session_create%s\n",
+           r0->n_prompt, r0->n_decode, reps, peer ? "; the peer on the same files" : "");
+    printf("%-14s %-5s %10s %12s %12s", "model", "prec", "load", "prefill", "decode");
+    if (peer) printf(" %12s %7s %12s %7s", "peer pp", "ratio", "peer tg", "ratio");
+    printf("\n");
+    for (int i = 0; i < n_res; i++) {
+      const model_result_t *r = &res[i];
+      for (int h = 0; h < 2; h++) {
+        printf("%-14s %-5s %7.1f ms %8.1f t/s %8.1f t/s", r->preset, h ? "bf16" : "fp16",
+               r->half_load_ms[h], r->half_prefill_tps[h], r->half_decode_tps[h]);
+        const peer_result_t *pr = &r->half_peer[h];
+        if (peer && pr->ok)
+          printf(" %8.1f t/s %6.2fx %8.1f t/s %6.2fx", pr->pp_tps,
+                 r->half_prefill_tps[h] / pr->pp_tps, pr->tg_tps,
+                 r->half_decode_tps[h] / pr->tg_tps);
+        else if (peer)
+          printf("  peer failed: %s", pr->err[0] ? pr->err : "not run");
+        printf("\n");
       }
     }
   }
@@ -1273,7 +1362,7 @@ int tsr_cmd_bench(int argc, char **argv) {
   double gbit = 25, lat_us = 10;
   const char *plot_dir = NULL;
   cli_peer_t peer;
-  bool have_peer = false, depths_off = false, process = true;
+  bool have_peer = false, depths_off = false, process = true, half = false;
   int32_t depths[DEPTH_MAX];
   int n_depths = 0;
   tsr_context_options_t mco;
@@ -1321,6 +1410,8 @@ int tsr_cmd_bench(int argc, char **argv) {
         return 2;
     } else if (!strcmp(a, "--no-process")) {
       process = false;
+    } else if (!strcmp(a, "--half")) {
+      half = true;
     } else if (!strcmp(a, "--no-kernels")) {
       kernels = false;
     } else if (!strcmp(a, "--models")) {
@@ -1469,6 +1560,7 @@ int tsr_cmd_bench(int argc, char **argv) {
         s = bench_model_file(dir, tok, TSR_DTYPE_Q8_0, json, r->q8_path, sizeof r->q8_path);
         if (!s) s = bench_q8(ctx, &mb, r);
       }
+      if (!s && half) s = bench_half(ctx, dir, json, &mb, r);
       if (!s && offload) {
         offload_spec(off_dev, &r->cfg, r->off_spec, sizeof r->off_spec);
         s = bench_offload(r->off_spec, (int)threads, path, r->n_prompt, r->n_decode, r);
