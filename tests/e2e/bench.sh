@@ -6,7 +6,7 @@
 #    that file); the printed ratios equal tessera's printed figure divided by
 #    the peer's (computed here from the printed figures, table and JSON), and
 #    it was called once per repetition and file with the arguments it should
-#    get;
+#    get; with --half also fp16 and bf16 on the F16 and BF16 files;
 #  - a peer that is missing, not executable, exits non-zero, dies on a
 #    signal, prints garbage, JSON of another file or without the tg record:
 #    the bench still exits 0, the table and the JSON state the failure with
@@ -104,6 +104,25 @@ if [ "$calls" = 4 ] && [ "$n_args" = 4 ]; then
 else bad "peer calls: $calls ($n_args as wanted), wanted 2 per file like -m FILE -p 128 -n 64 -t N -r 1 -o json"
   cat "$W/calls.ok"; fi
 
+# --half: fp16 on the F16 file and bf16 on the BF16 file, the peer on those files
+if "$T" bench $Q --peer "llama-bench=$W/ok.sh" --depths none --no-process --half --json \
+     > "$W/half.json" 2> "$W/half.err"; then
+  if "$PY" - "$W/half.json" "$W/models/stories260K" <<'EOF2'
+import json, sys
+m = json.load(open(sys.argv[1]))["models"][0]
+for prec, f in (("fp16", "f16"), ("bf16", "bf16")):
+    h = m["half"][prec]
+    assert h["file"] == sys.argv[2] + "-" + f + "-seed1.gguf", h["file"]
+    assert h["load_ms"] > 0 and h["prefill_tok_s"] > 0 and h["decode_tok_s"] > 0, h
+    p = h["peer"]
+    assert p["ok"] is True and p["prefill_tok_s"] == 1234.5, p
+    for what in ("prefill", "decode"):
+        want = h[what + "_tok_s"] / p[what + "_tok_s"]
+        assert abs(p[what + "_ratio"] - want) <= 1e-4 + want * 1e-5, (prec, what, p, want)
+EOF2
+  then ok "--half: fp16 and bf16 on their files, the peer's ratios"
+  else bad "--half JSON"; cat "$W/half.json"; fi
+else bad "bench --half exited non-zero"; cat "$W/half.err"; fi
 # the table: the peer's line, ratio = tessera's printed figure / the peer's
 if "$T" bench $Q --peer "llama-bench=$W/ok.sh" --depths none --no-process \
      > "$W/ok.txt" 2>&1; then
