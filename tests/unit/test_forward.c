@@ -337,6 +337,49 @@ static void test_forward_generated(void) {
   }
 }
 
+/* Wide heads (head_dim 64 and 72: whole 64-value chunks of the attention's
+ * sums and a tail) against the double reference, fp32 and with the int8 KV
+ * cache's neighbour fp16 off; and int8 prefill = one-token steps bit for
+ * bit on them. */
+static void test_wide_heads(void) {
+  const int32_t dims[2][2] = {{128, 2}, {144, 2}}; /* dim, heads: hs 64, 72 */
+  for (int t = 0; t < 2; t++) {
+    tsr_gen_params_t p;
+    TSR_ASSERT_OK(tsr_gen_preset("stories260K", &p));
+    p.dim = dims[t][0]; p.hidden_dim = 96; p.n_layers = 2; p.n_heads = dims[t][1];
+    p.n_kv_heads = 1; p.vocab_size = 300; p.seq_len = 64; p.seed = 131 + t;
+    char path[512];
+    snprintf(path, sizeof path, "%s/gen_wide_%d.gguf", tsr_test_tmpdir(), t);
+    TSR_ASSERT_OK(tsr_gen_model_write(path, &p));
+    tsr_model_t *m = NULL;
+    TSR_ASSERT_OK(tsr_model_load(ctx, path, NULL, &m));
+    if (!m) continue;
+    char what[64];
+    snprintf(what, sizeof what, "generated head_dim %d", dims[t][0] / dims[t][1]);
+    check_against_reference(m, what);
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = i == 0 ? 1 : (int32_t)((i * 31 + 7) % 300);
+    for (int kv = 0; kv < 2; kv++) {
+      tsr_session_options_t o;
+      tsr_session_options_init(&o);
+      o.precision = TSR_PRECISION_INT8;
+      o.kv_type = kv ? TSR_KV_Q8 : TSR_KV_F32;
+      tsr_session_t *a = NULL, *b = NULL;
+      TSR_ASSERT_OK(tsr_session_create(m, &o, &a));
+      TSR_ASSERT_OK(tsr_session_create(m, &o, &b));
+      const float *la = NULL, *lb = NULL;
+      if (a && b) {
+        TSR_ASSERT_OK(tsr_session_eval(a, toks, 40, &la));
+        for (int i = 0; i < 40; i++) TSR_ASSERT_OK(tsr_session_eval(b, &toks[i], 1, &lb));
+        if (la && lb) CU_ASSERT_EQUAL(memcmp(la, lb, sizeof(float) * 300), 0);
+      }
+      tsr_session_destroy(a);
+      tsr_session_destroy(b);
+    }
+    tsr_model_destroy(m);
+  }
+}
+
 /* Batched prefill gives the decode path's logits: equal in int8 (integer
  * matmuls are exact and quantization is per row), close in fp32. */
 static void test_prefill_matches_decode(void) {
@@ -657,6 +700,7 @@ int main(void) {
   CU_add_test(fw, "stories260K vs double reference", test_forward_stories260k);
   CU_add_test(fw, "generated f32/f16/q8_0 vs double reference", test_forward_generated);
   CU_add_test(fw, "prefill equals decode", test_prefill_matches_decode);
+  CU_add_test(fw, "head_dim 64 and 72", test_wide_heads);
   CU_add_test(fw, "int8 close to fp32", test_int8_close_to_fp32);
   CU_add_test(fw, "fp16 and int8 KV caches close to fp32", test_kv_reduced_close_to_f32);
   CU_add_test(fw, "fp16/bf16 vs double reference", test_half_vs_reference);
