@@ -422,6 +422,71 @@ static inline __attribute__((always_inline)) void weighted_rows_i8(float *restri
     axpy_i8(y + i0, v + (size_t)p * (size_t)hs + i0, w[p] * scale[p], hs - i0);
 }
 
+/* 8 lanes of 8 vectors transposed: out[l][i] = in[i][l]. */
+static inline __attribute__((always_inline)) void transpose8(v8f_t *a) {
+  typedef int32_t v8i_t __attribute__((vector_size(32)));
+  const v8i_t lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const v8i_t l64 = {0, 1, 8, 9, 4, 5, 12, 13}, h64 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i_t l128 = {0, 1, 2, 3, 8, 9, 10, 11}, h128 = {4, 5, 6, 7, 12, 13, 14, 15};
+  v8f_t t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shuffle(a[i], a[i + 1], lo);
+    t[i + 1] = __builtin_shuffle(a[i], a[i + 1], hi);
+  }
+  for (int g = 0; g < 8; g += 4) { /* t[g], t[g+2] pair; t[g+1], t[g+3] pair */
+    u[g] = __builtin_shuffle(t[g], t[g + 2], l64);
+    u[g + 1] = __builtin_shuffle(t[g], t[g + 2], h64);
+    u[g + 2] = __builtin_shuffle(t[g + 1], t[g + 3], l64);
+    u[g + 3] = __builtin_shuffle(t[g + 1], t[g + 3], h64);
+  }
+  for (int l = 0; l < 4; l++) {
+    a[l] = __builtin_shuffle(u[l], u[l + 4], l128);
+    a[l + 4] = __builtin_shuffle(u[l], u[l + 4], h128);
+  }
+}
+
+/* att[p] = dot_lanes(q, K[p], hs) * scale[p] (scale NULL: 1; K fp32 rows,
+ * or int8 rows k8 widened) for p < n_pos, hs % 8 == 0: 8 positions at a
+ * time, their lane sums transposed so one vector tree gives the 8 sums
+ * dot_lanes would, with the same additions in the same order. */
+static inline __attribute__((always_inline)) void scores_rows(float *att, const float *q,
+                                                             const float *k, const int8_t *k8,
+                                                             const float *scale,
+                                                             int32_t n_pos, int32_t hs) {
+  int32_t p0 = 0;
+  for (; p0 + 8 <= n_pos; p0 += 8) {
+    v8f_t acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = (v8f_t){0, 0, 0, 0, 0, 0, 0, 0};
+    for (int32_t c = 0; c < hs; c += 8) {
+      v8f_t qv;
+      memcpy(&qv, q + c, sizeof qv);
+      for (int i = 0; i < 8; i++) {
+        v8f_t kv;
+        if (k8) {
+          v8i8_t x8;
+          memcpy(&x8, k8 + (size_t)(p0 + i) * (size_t)hs + c, sizeof x8);
+          kv = __builtin_convertvector(x8, v8f_t);
+        } else {
+          memcpy(&kv, k + (size_t)(p0 + i) * (size_t)hs + c, sizeof kv);
+        }
+        acc[i] += qv * kv;
+      }
+    }
+    transpose8(acc);
+    v8f_t sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    if (scale) {
+      v8f_t sv;
+      memcpy(&sv, scale + p0, sizeof sv);
+      sum *= sv;
+    }
+    memcpy(att + p0, &sum, sizeof sum);
+  }
+  for (int32_t p = p0; p < n_pos; p++)
+    att[p] = k8 ? dot_lanes_i8(q, k8 + (size_t)p * (size_t)hs, hs) * scale[p]
+                : dot_lanes(q, k + (size_t)p * (size_t)hs, hs);
+}
+
+
 
 
 /* fp16 cache rows to fp32 (exact either way). */
@@ -478,7 +543,14 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   for (int32_t j = 0; j < nb; j++) q[j] = o->q + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
   /* scores: row j sees positions 0 .. pos0 + j */
   const int32_t last = pos0 + nb - 1;
-  for (int32_t p = 0; p <= last; p++) {
+  if (!a->f16 && hs % 8 == 0) { /* fp32 or int8 cache: 8 positions at a time */
+    const size_t base = loff + hoff;
+    for (int32_t j = 0; j < nb; j++)
+      scores_rows(att + (size_t)j * ms, q[j], a->q8 ? NULL : s->key_cache + base,
+                  a->q8 ? s->key_cache8 + base : NULL,
+                  a->q8 ? s->key_scale8 + base / (size_t)hs : NULL, pos0 + j + 1, hs);
+  }
+  for (int32_t p = 0; p <= last && (a->f16 || hs % 8); p++) {
     const size_t at = loff + hoff + (size_t)p * hs;
     const float *k = s->key_cache + at;
     float ks = 1.0f; /* int8: the dot of the widened row, times the row's scale */
