@@ -1,6 +1,6 @@
 # hw/hw.mk - hardware engineer's targets. Included by the top-level Makefile.
 #
-#   make lint           verilator --lint-only -Wall, 16x16 and 32x32
+#   make lint           verilator --lint-only -Wall, 16x16, 32x32 and with several read ports
 #   make synth          Yosys synth_xilinx (xc7) of 16x16 and 32x32: LUT/FF/DSP/BRAM, time
 #   make regmap         regenerate hw/rtl/tsr_regs_pkg.svh from hw/regmap.def
 #   make regmap-check   fail if the checked-in tsr_regs_pkg.svh is stale
@@ -12,7 +12,9 @@ SYNTH_SIZES ?= 16 32
 lint:
 	verilator --lint-only -Wall -Ihw/rtl --top-module tsr_kernel $(HW_SV)
 	verilator --lint-only -Wall -Ihw/rtl --top-module tsr_kernel -GRows=32 -GCols=32 $(HW_SV)
-	@echo "lint: clean (16x16, 32x32)"
+	verilator --lint-only -Wall -Ihw/rtl --top-module tsr_kernel -GNumPorts=4 $(HW_SV)
+	verilator --lint-only -Wall -Ihw/rtl --top-module tsr_kernel -GRows=64 -GCols=64 -GNumPorts=32 $(HW_SV)
+	@echo "lint: clean (16x16, 32x32, 16x16 with 4 read ports, 64x64 with 32)"
 
 synth:
 	@mkdir -p $(BUILD)/synth
