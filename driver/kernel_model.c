@@ -84,7 +84,7 @@ void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
  *            issues its last reduction step; it issues one reduction step a
  *            cycle (GEMM: one k; GEMV: rows k's); a tile's last step waits
  *            until the writer has drained the previous tile;
- *   writer   four cycles after that last step the bank is loaded; each row
+ *   writer   five cycles after that last step the bank is loaded; each row
  *            is one request to the write master (one cycle, then one cycle
  *            per beat); the barrier waits for the last write response.
  * CYC_STALL counts the cycles with no step issuing while steps are pending,
@@ -254,7 +254,7 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
         slot_w[sw] = f + 1;
         if (last) {
           double h = km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
-                                   f + 5, &wfree, &resp);
+                                   f + 6, &wfree, &resp);
           out_free = h + 1;
         }
       }

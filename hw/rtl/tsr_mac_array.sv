@@ -12,7 +12,7 @@
 // colsum_o gives the column sums (the lanes' partial dot products added).
 // The bank is an array of words (not one wide vector) so that simulators
 // update it element by element.
-// Pipeline: operand select (1) -> multiply (1) -> accumulate (1).
+// Pipeline: operand select (1) -> multiply (1) -> accumulate (1) -> bank (1).
 module tsr_mac_array #(
   parameter int Rows      = 16,                 // array rows
   parameter int Cols      = 16,                 // array columns
@@ -42,18 +42,23 @@ module tsr_mac_array #(
   // Control pipeline.
   logic       v_s_q, first_s_q, last_s_q, gemv_s_q;
   logic       v_m_q, first_m_q, last_m_q, gemv_m_q;
+  logic       load_q, gemv_l_q;   // the bank takes the accumulators this cycle
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       {v_s_q, first_s_q, last_s_q, gemv_s_q} <= '0;
       {v_m_q, first_m_q, last_m_q, gemv_m_q} <= '0;
+      load_q   <= 1'b0;
+      gemv_l_q <= 1'b0;
       cap_o  <= 1'b0;
       gemv_o <= 1'b0;
     end else begin
       {v_s_q, first_s_q, last_s_q, gemv_s_q} <= {v_i, first_i, last_i, gemv_i};
       {v_m_q, first_m_q, last_m_q, gemv_m_q} <= {v_s_q, first_s_q, last_s_q, gemv_s_q};
-      cap_o <= v_m_q && last_m_q;
-      if (v_m_q && last_m_q) gemv_o <= gemv_m_q;
+      load_q   <= v_m_q && last_m_q;
+      gemv_l_q <= gemv_m_q;
+      cap_o <= load_q;
+      if (load_q) gemv_o <= gemv_l_q;
     end
   end
 
@@ -124,10 +129,14 @@ module tsr_mac_array #(
       always_ff @(posedge clk_i) begin
         if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s_q);
       end
-      assign acc_d = first_m_q ? 32'(prod_q) : acc_q + 32'(prod_q);
+      // The select sits in front of the adder (0 or the accumulator), and
+      // the bank loads from the accumulator register a cycle after the last
+      // step: the form that maps multiplier, adder and accumulator into one
+      // DSP48E1 (its Z multiplexer and P register) instead of 64 LUTs.
+      assign acc_d = (first_m_q ? 32'sd0 : acc_q) + 32'(prod_q);
       always_ff @(posedge clk_i) begin
         if (v_m_q) acc_q <= acc_d;
-        if (v_m_q && last_m_q) out_q[r*Cols+j] <= acc_d;
+        if (load_q) out_q[r*Cols+j] <= acc_q;
       end
     end
   end
