@@ -424,24 +424,20 @@ static inline __attribute__((always_inline)) void weighted_rows_i8(float *restri
 
 /* 8 lanes of 8 vectors transposed: out[l][i] = in[i][l]. */
 static inline __attribute__((always_inline)) void transpose8(v8f_t *a) {
-  typedef int32_t v8i_t __attribute__((vector_size(32)));
-  const v8i_t lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
-  const v8i_t l64 = {0, 1, 8, 9, 4, 5, 12, 13}, h64 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i_t l128 = {0, 1, 2, 3, 8, 9, 10, 11}, h128 = {4, 5, 6, 7, 12, 13, 14, 15};
   v8f_t t[8], u[8];
   for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shuffle(a[i], a[i + 1], lo);
-    t[i + 1] = __builtin_shuffle(a[i], a[i + 1], hi);
+    t[i] = __builtin_shufflevector(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
   for (int g = 0; g < 8; g += 4) { /* t[g], t[g+2] pair; t[g+1], t[g+3] pair */
-    u[g] = __builtin_shuffle(t[g], t[g + 2], l64);
-    u[g + 1] = __builtin_shuffle(t[g], t[g + 2], h64);
-    u[g + 2] = __builtin_shuffle(t[g + 1], t[g + 3], l64);
-    u[g + 3] = __builtin_shuffle(t[g + 1], t[g + 3], h64);
+    u[g] = __builtin_shufflevector(t[g], t[g + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[g + 1] = __builtin_shufflevector(t[g], t[g + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[g + 2] = __builtin_shufflevector(t[g + 1], t[g + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[g + 3] = __builtin_shufflevector(t[g + 1], t[g + 3], 2, 3, 10, 11, 6, 7, 14, 15);
   }
   for (int l = 0; l < 4; l++) {
-    a[l] = __builtin_shuffle(u[l], u[l + 4], l128);
-    a[l + 4] = __builtin_shuffle(u[l], u[l + 4], h128);
+    a[l] = __builtin_shufflevector(u[l], u[l + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    a[l + 4] = __builtin_shufflevector(u[l], u[l + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
 
