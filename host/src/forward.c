@@ -548,7 +548,7 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   }
   for (int32_t p = 0; p <= last && (a->f16 || hs % 8); p++) {
     const size_t at = loff + hoff + (size_t)p * hs;
-    const float *k = s->key_cache + at;
+    const float *k = s->key_cache ? s->key_cache + at : NULL; /* NULL: fp16 or int8 */
     float ks = 1.0f; /* int8: the dot of the widened row, times the row's scale */
     if (a->f16) a->f16(kf, s->key_cache16 + at, hs), k = kf;
     if (a->q8) {
@@ -584,7 +584,7 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   }
   for (int32_t p = 0; p <= last; p++) {
     const size_t at = loff + hoff + (size_t)p * hs;
-    const float *v = s->value_cache + at;
+    const float *v = s->value_cache ? s->value_cache + at : NULL;
     float vs = 1.0f;
     if (a->f16) a->f16(kf, s->value_cache16 + at, hs), v = kf;
     if (a->q8) {
