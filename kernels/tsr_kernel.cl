@@ -69,14 +69,14 @@ static ulong tsr_le64(__global const uchar *p) {
 }
 
 /* One entry of the launch log per fetched descriptor (TSR_CL_LOG): what
- * happened to it and its shape. The host derives the modeled cycle and
- * read counters from the log with the analytic model of kernel_model.c. */
-static void tsr_log(__global uint *regs, uint index, uint kind, uint m, uint n, uint k) {
-  __global uint *e = regs + (TSR_CL_LOG + TSR_CL_LOG_ENTRY * (ulong)index) / 4;
-  e[0] = kind;
-  e[1] = m;
-  e[2] = n;
-  e[3] = k;
+ * happened to it and, for a GEMM, the descriptor it ran. The host derives
+ * the modeled cycle and read counters from the log with the analytic model
+ * of kernel_model.c, which times a GEMM on its shape and addresses. */
+static void tsr_log(__global uint *regs, uint index, uint kind, __global const uchar *desc) {
+  __global uchar *e = (__global uchar *)regs + TSR_CL_LOG + TSR_CL_LOG_ENTRY * (ulong)index;
+  ((__global uint *)e)[0] = kind;
+  if (desc)
+    for (int i = 0; i < TSR_HW_DESC_BYTES; i++) e[16 + i] = desc[i];
 }
 
 static void tsr_stop(__global uint *regs, uint status, uint index) {
@@ -148,7 +148,7 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
 
   ulong da = ring + (ulong)index * TSR_HW_DESC_BYTES;
   if (!tsr_inside(da, TSR_HW_DESC_BYTES, origin, phys)) {
-    tsr_log(regs, index, TSR_CL_LOG_FETCH_FAILED, 0, 0, 0);
+    tsr_log(regs, index, TSR_CL_LOG_FETCH_FAILED, 0);
     tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
     return;
   }
@@ -158,12 +158,12 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
 
   uint st = tsr_check_desc(plan, mem_base, mem_size);
   if (st != TSR_HWERR_OK) {
-    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0, 0, 0);
+    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
     tsr_stop(regs, st, index);
     return;
   }
   if (tsr_le32(plan + TSR_DESC_OPCODE) == TSR_OP_NOP) {
-    tsr_log(regs, index, TSR_CL_LOG_NOP, 0, 0, 0);
+    tsr_log(regs, index, TSR_CL_LOG_NOP, 0);
     TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
     return;
   }
@@ -176,11 +176,11 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
   if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
       !tsr_inside(w, tsr_w_len(plan), origin, phys) ||
       !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
-    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0, 0, 0);
+    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
     tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
     return;
   }
-  tsr_log(regs, index, TSR_CL_LOG_GEMM, m, n, k);
+  tsr_log(regs, index, TSR_CL_LOG_GEMM, plan);
   TSR_U64(TSR_STAT_BYTES_WR) += (ulong)m * n * 4;
   TSR_U64(TSR_STAT_MACS) += (ulong)m * n * k;
   TSR_U32(TSR_STAT_DESC_DONE) = index + 1;

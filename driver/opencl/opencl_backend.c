@@ -111,13 +111,14 @@ enum {
   TSR_CL_STOPPED = 0xA0, /* u32: the launch stopped on an error        */
   TSR_CL_PLAN = 0xA4,    /* u32: opcode tsr_gemm runs (0 = nothing)    */
   TSR_CL_DESC = 0xC0,    /* 64 bytes: the fetched descriptor           */
-  TSR_CL_LOG = 0x100,    /* log entries: u32 kind, m, n, k             */
-  TSR_CL_LOG_ENTRY = 16,
+  TSR_CL_LOG = 0x100,    /* log entries: u32 kind, then at +16 the     */
+                         /* descriptor a GEMM ran, as fetched          */
+  TSR_CL_LOG_ENTRY = 16 + TSR_HW_DESC_BYTES,
 };
 /* Log entry kinds. */
 enum {
   TSR_CL_LOG_NOP = 1,          /* a NOP completed                        */
-  TSR_CL_LOG_GEMM = 2,         /* a GEMM of m x n x k completed          */
+  TSR_CL_LOG_GEMM = 2,         /* a GEMM completed (its descriptor logged) */
   TSR_CL_LOG_REFUSED = 3,      /* fetched, then refused                  */
   TSR_CL_LOG_FETCH_FAILED = 4, /* the fetch itself failed (AXI_ERROR)    */
 };
@@ -884,10 +885,12 @@ static void finish_cmd(ocl_device_t *dev, const ocl_cmd_t *c, tsr_hal_result_t *
       case TSR_CL_LOG_NOP:
         tsr_km_estimate_nop(t, &e);
         break;
-      case TSR_CL_LOG_GEMM:
-        tsr_km_estimate_gemm(t, tsr_get_le32(le + 4), tsr_get_le32(le + 8),
-                             tsr_get_le32(le + 12), &e);
+      case TSR_CL_LOG_GEMM: { /* timed on its addresses, as tsr_km_execute times it */
+        tsr_desc_t d;
+        tsr_desc_unpack(&d, le + 16);
+        tsr_km_estimate_gemm_desc(t, &d, &e);
         break;
+      }
       case TSR_CL_LOG_REFUSED: /* fetched (latency + decode), then stopped */
         e.cycles += t->mem_latency + 8;
         e.bytes_rd += TSR_HW_DESC_BYTES;
