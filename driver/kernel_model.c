@@ -17,6 +17,7 @@ void tsr_km_timing_init(tsr_km_timing_t *t) {
   t->mem_latency = 40;
   t->clock_hz = 300e6;
   t->ports = 1;
+  t->ops = TSR_KM_OPS_ALL;
 }
 
 void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {
@@ -27,6 +28,7 @@ void tsr_km_timing_from_caps(const tsr_hal_caps_t *caps, tsr_km_timing_t *out) {
   if (caps->mem_bytes_per_cycle > 0) out->mem_bytes_per_cycle = caps->mem_bytes_per_cycle;
   if (caps->mem_ports) out->ports = caps->mem_ports; /* a board's channels */
   if (caps->mem_latency) out->mem_latency = caps->mem_latency;
+  if (caps->ops) out->ops = caps->ops;
 }
 
 static uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -178,19 +180,28 @@ typedef struct {
   uint64_t cycles, stall;
 } km_desc_time_t;
 
+static void km_sim_init(km_sim_t *s, const tsr_km_timing_t *t, uint64_t bus) {
+  memset(s, 0, sizeof *s);
+  s->t = t;
+  s->bus = bus;
+  s->lat = t->mem_latency;
+  s->beat = (double)bus / (t->mem_bytes_per_cycle > 0 ? t->mem_bytes_per_cycle : 1.0);
+  if (s->beat < 1) s->beat = 1;
+  for (unsigned p = 0; p < KM_MAX_PORTS; p++)
+    for (unsigned i = 0; i < KM_OUTSTANDING; i++) s->port[p].done[i] = -1e18;
+}
+
+/* Completion cycle of the segment port p took last. */
+static double km_last_done(const km_sim_t *s, unsigned p) {
+  return s->port[p].done[(s->port[p].head + KM_OUTSTANDING - 1) % KM_OUTSTANDING];
+}
+
 /* Cycles of one GEMM from the loader's start to the end of its barrier. */
 static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d, double t0) {
   uint64_t rows, cols, bus, kchunk;
   geometry(t, &rows, &cols, &bus, &kchunk);
   km_sim_t s;
-  memset(&s, 0, sizeof s);
-  s.t = t;
-  s.bus = bus;
-  s.lat = t->mem_latency;
-  s.beat = (double)bus / (t->mem_bytes_per_cycle > 0 ? t->mem_bytes_per_cycle : 1.0);
-  if (s.beat < 1) s.beat = 1;
-  for (unsigned p = 0; p < KM_MAX_PORTS; p++)
-    for (unsigned i = 0; i < KM_OUTSTANDING; i++) s.port[p].done[i] = -1e18;
+  km_sim_init(&s, t, bus);
   uint64_t nch = d->w_nch > 1 ? d->w_nch : 1;
   if (nch > KM_MAX_PORTS) nch = KM_MAX_PORTS;
   uint64_t m = d->m, n = d->n, k = d->k;
@@ -268,6 +279,210 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
   return r;
 }
 
+/* ---- GEMM_BSR: the count, then the walk over the stored tiles ----
+ * (kernel_model.h). The count reads one segment per bitmap row on port 0
+ * and compares two cycles after the last one's data; the walk then plays
+ * the steps through the same engines as a dense GEMM. A tile row's bitmap
+ * row is read before its first step can issue: the first at the walk's
+ * start, each next one as the first segment of the tile row before it, so
+ * its latency hides behind that row's loads. */
+static uint64_t bsr_popcount8(unsigned v) {
+  uint64_t c = 0;
+  for (; v; v &= v - 1) c++;
+  return c;
+}
+
+/* Stored tiles of bitmap row `row` in k tiles [t0, t1). */
+static uint64_t bsr_stored(const uint8_t *row, uint32_t t0, uint32_t t1) {
+  uint64_t c = 0;
+  for (uint32_t t = t0; t < t1; t++) c += (uint64_t)tsr_bsr_bit(row, t);
+  return c;
+}
+
+static uint32_t bsr_check_bits(const tsr_desc_t *d, const uint8_t *bm) {
+  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k);
+  const uint32_t rb = tsr_bsr_row_bytes(d->k);
+  const unsigned last_mask = nkt % 8 ? (1u << (nkt % 8)) - 1 : 0xFFu;
+  uint64_t total = 0;
+  for (uint32_t r = 0; r < ntr; r++) {
+    const uint8_t *row = bm + (uint64_t)r * d->ldw;
+    for (uint32_t b = 0; b < rb; b++) {
+      unsigned v = row[b];
+      if (b + 1 == rb) {
+        if (v & ~last_mask) return TSR_HWERR_BAD_COUNT; /* a tile past K */
+        v &= last_mask;
+      }
+      total += bsr_popcount8(v);
+    }
+  }
+  return total == d->w_cstride ? TSR_HWERR_OK : TSR_HWERR_BAD_COUNT;
+}
+
+static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint8_t *bm,
+                       bool walk, tsr_km_estimate_t *acc) {
+  uint64_t rows, cols, bus, kchunk;
+  geometry(t, &rows, &cols, &bus, &kchunk);
+  const uint64_t BN = TSR_HW_BSR_BN, BK = TSR_HW_BSR_BK;
+  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k);
+  const uint32_t rb = tsr_bsr_row_bytes(d->k);
+  km_sim_t s;
+  km_sim_init(&s, t, bus);
+  /* the count */
+  double c = 0;
+  for (uint32_t r = 0; r < ntr; r++) c = km_segment(&s, 0, d->w_addr + (uint64_t)r * d->ldw, rb, c) + 1;
+  double t0 = s.last_done + 2;
+  acc->bytes_rd += (uint64_t)ntr * rb;
+  uint32_t status = bsr_check_bits(d, bm);
+  if (!walk || status != TSR_HWERR_OK) {
+    acc->cycles += (uint64_t)(t0 + 0.999) + 1;
+    return status;
+  }
+
+  const uint64_t m = d->m, n = d->n, k = d->k;
+  const bool gemv = m * cols < bus;
+  const uint64_t mrows = gemv ? 1 : rows;
+  const uint64_t nbr = cols < BN ? cols : BN; /* W rows of an n block */
+  uint64_t ktc = kchunk / BK;                  /* k tiles of a chunk */
+  if (ktc < 1) ktc = 1;
+  const bool kfits = nkt <= ktc;
+  const bool wfits = n <= nbr; /* one n block: W kept across m blocks */
+  const uint64_t tiles = tsr_desc_bsr_tiles(d);
+
+  double L = t0;
+  double slot_a[2] = {0, 0}, slot_w[2] = {0, 0};
+  int sa = 0, sw = 0;
+  double prev_f = t0, out_free = 0, wfree = 0, resp = 0, stall = 0;
+  bool any = false;
+  /* the first tile row's bitmap row */
+  km_segment(&s, 0, d->w_addr, rb, L + 1);
+  double bm_ready = km_last_done(&s, 0);
+  L += 2;
+  acc->bytes_rd += rb;
+  for (uint64_t m0 = 0; m0 < m; m0 += mrows) {
+    const uint64_t ml = gemv ? 1 : (m - m0 < rows ? m - m0 : rows);
+    bool a_held = false;  /* the m block's A chunk is in its slot (kfits) */
+    uint64_t first = 0;   /* index of the tile row's first stored tile */
+    for (uint32_t tr = 0; tr < ntr; tr++) {
+      const uint8_t *row = bm + (uint64_t)tr * d->ldw;
+      const uint64_t stored = bsr_stored(row, 0, nkt);
+      if (L < bm_ready + 1) L = bm_ready + 1;
+      bool next = tr + 1 < ntr || m0 + mrows < m, prefetched = false;
+      uint32_t last_t = 0; /* k tile after the row's last stored one */
+      for (uint32_t x = nkt; x > 0; x--)
+        if (tsr_bsr_bit(row, x - 1)) { last_t = x; break; }
+      for (uint64_t n0 = tr * BN; n0 < n && n0 < (tr + 1) * BN; n0 += nbr) {
+        const uint64_t nl = n - n0 < nbr ? n - n0 : nbr;
+        const uint64_t jr = n0 - tr * BN; /* first row of the n block inside the tile */
+        uint64_t rank = first;
+        if (stored == 0) {
+          /* no step: the loader hands the writer a zero record (after the
+           * next bitmap row's request), which writes the rows as zeros
+           * after the tiles before it, without the output bank */
+          double hs = L;
+          if (next && !prefetched) {
+            uint64_t ntrw = tr + 1 < ntr ? tr + 1 : 0;
+            hs = km_segment(&s, 0, d->w_addr + ntrw * d->ldw, rb, L + 1);
+            bm_ready = km_last_done(&s, 0);
+            acc->bytes_rd += rb;
+            prefetched = true;
+          }
+          L = hs + 3;
+          double at = L > prev_f + 6 ? L : prev_f + 6;
+          km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl, at, &wfree,
+                        &resp);
+          continue;
+        }
+        for (uint64_t t0k = 0; t0k < nkt; t0k += ktc) {
+          const uint64_t t1k = t0k + ktc < nkt ? t0k + ktc : nkt;
+          const uint64_t in_chunk = bsr_stored(row, (uint32_t)t0k, (uint32_t)t1k);
+          const bool last = t1k >= last_t;
+          if (!in_chunk) continue;
+          const uint64_t k0 = t0k * BK, kc = (k - k0 < ktc * BK) ? k - k0 : ktc * BK;
+          const bool load_a = in_chunk && !(kfits && a_held);
+          const bool load_w = in_chunk && !(kfits && wfits && m0 != 0);
+          int na = load_a ? !sa : sa, nw = load_w ? !sw : sw;
+          if (load_a && L < slot_a[na]) L = slot_a[na];
+          if (load_w && L < slot_w[nw]) L = slot_w[nw];
+          sa = na, sw = nw;
+          double cc = L + 1, last_hs = L;
+          bool segs = false;
+          if (next && !prefetched) { /* the next tile row's bitmap row */
+            uint64_t ntrw = tr + 1 < ntr ? tr + 1 : 0;
+            last_hs = km_segment(&s, 0, d->w_addr + ntrw * d->ldw, rb, cc);
+            cc = last_hs + 1;
+            bm_ready = km_last_done(&s, 0);
+            acc->bytes_rd += rb;
+            prefetched = true;
+          }
+          if (load_a) {
+            for (uint64_t r = 0; r < ml; r++) {
+              last_hs = km_segment(&s, 0, d->a_addr + (m0 + r) * d->lda + k0, kc, cc);
+              cc = last_hs + 1;
+              segs = true;
+            }
+            acc->bytes_rd += ml * kc;
+            a_held = true;
+          }
+          uint64_t comp = 0, kin = 0;
+          for (uint64_t x = t0k; x < t1k; x++) {
+            if (!tsr_bsr_bit(row, (uint32_t)x)) continue;
+            const uint64_t kl = k - x * BK < BK ? k - x * BK : BK;
+            if (load_w) { /* the n block's rows of the tile, one segment */
+              const uint64_t len = (BN - jr < nbr ? BN - jr : nbr) * BK;
+              last_hs = km_segment(&s, 0, tiles + rank * TSR_BSR_TILE_BYTES + jr * BK, len, cc);
+              cc = last_hs + 1;
+              segs = true;
+              acc->bytes_rd += len;
+            }
+            comp += gemv ? (kl + rows - 1) / rows : kl;
+            kin += kl;
+            rank++;
+          }
+          acc->macs += ml * nl * kin;
+          double pushed = (segs || prefetched) ? last_hs + 1 : L + 1;
+          L = pushed + 2;
+          double ready = pushed + 1;
+          if (segs && ready < s.last_done + 1) ready = s.last_done + 1;
+          double start = ready > prev_f ? ready : prev_f;
+          if (any && start > prev_f) stall += start - prev_f;
+          if (!any && start > t0) stall += start - t0 - 1;
+          double f = start + (double)comp;
+          if (last && f < out_free) f = out_free;
+          prev_f = f;
+          any = true;
+          slot_a[sa] = f + 1;
+          slot_w[sw] = f + 1;
+          if (last) {
+            double h = km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
+                                     f + 6, &wfree, &resp);
+            out_free = h + 1;
+            break;
+          }
+        }
+      }
+      first += stored;
+    }
+  }
+  double end = resp > prev_f ? resp : prev_f;
+  if (end < s.last_done) end = s.last_done;
+  acc->cycles += (uint64_t)(end + 0.999) + 1;
+  acc->stall_cycles += (uint64_t)(stall + 0.5);
+  acc->bytes_wr += m * n * 4;
+  return TSR_HWERR_OK;
+}
+
+void tsr_km_estimate_bsr_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
+                              const uint8_t *bitmap, tsr_km_estimate_t *acc) {
+  add_fetch(t, acc);
+  km_bsr(t, d, bitmap, true, acc);
+}
+
+uint32_t tsr_km_bsr_count(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint8_t *bitmap,
+                          tsr_km_estimate_t *acc) {
+  tsr_km_estimate_t scratch = {0};
+  return km_bsr(t, d, bitmap, false, acc ? acc : &scratch);
+}
+
 static void estimate_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
                           tsr_km_estimate_t *acc) {
   add_fetch(t, acc);
@@ -319,14 +534,36 @@ uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, ui
   return e.cycles + tsr_km_launch_cycles(t);
 }
 
-uint32_t tsr_km_check_desc_ports(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
-                                 uint32_t ports) {
-  if (d->opcode != TSR_OP_NOP && d->opcode != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
+/* Steps 2b-4 for GEMM_BSR (kernel_model.h). The tiles' extent is checked
+ * relative to the window so that nothing wraps at the top of the address
+ * space. */
+static uint32_t check_bsr(const tsr_desc_t *d, uint64_t wb, uint64_t ws) {
+  if (d->w_nch != TSR_BSR_BLOCK_WORD) return TSR_HWERR_BAD_BLOCK;
+  if (d->lda < d->k || (uint64_t)d->ldc < 4ull * d->n || d->ldc % 4 || d->c_addr % 4 ||
+      d->ldw < tsr_bsr_row_bytes(d->k))
+    return TSR_HWERR_BAD_STRIDE;
+  uint64_t a_len = (uint64_t)(d->m - 1) * d->lda + d->k;
+  uint64_t c_len = (uint64_t)(d->m - 1) * d->ldc + 4ull * d->n;
+  uint64_t span = tsr_bsr_bitmap_span(d);
+  if (!tsr_km_inside(d->a_addr, a_len, wb, ws) || !tsr_km_inside(d->w_addr, span, wb, ws) ||
+      !tsr_km_inside(d->c_addr, c_len, wb, ws))
+    return TSR_HWERR_ADDR_RANGE;
+  uint64_t rel = d->w_addr - wb + span, pad = tsr_bsr_tile_pad(d);
+  uint64_t tiles = (uint64_t)d->w_cstride * TSR_BSR_TILE_BYTES;
+  if (pad > ws - rel || tiles > ws - rel - pad) return TSR_HWERR_ADDR_RANGE;
+  return TSR_HWERR_OK;
+}
+
+uint32_t tsr_km_check_desc_ops(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
+                               uint32_t ports, uint32_t ops) {
+  if (!ops) ops = TSR_KM_OPS_ALL;
+  if (d->opcode >= 32 || !((ops & TSR_KM_OPS_ALL) >> d->opcode & 1)) return TSR_HWERR_BAD_OPCODE;
   if (d->flags != 0) return TSR_HWERR_BAD_OPCODE;
   if (d->opcode == TSR_OP_NOP) return TSR_HWERR_OK;
   if (d->m == 0 || d->n == 0 || d->k == 0 || d->m > TSR_HW_MAX_DIM ||
       d->n > TSR_HW_MAX_DIM || d->k > TSR_HW_MAX_DIM)
     return TSR_HWERR_BAD_DIMS;
+  if (d->opcode == TSR_OP_GEMM_BSR_I8_I32) return check_bsr(d, window_base, window_size);
   if (ports < 1) ports = 1;
   bool striped = d->w_nch > 1;
   if (d->lda < d->k || d->ldw < d->k || (uint64_t)d->ldc < 4ull * d->n || d->ldc % 4 ||
@@ -345,8 +582,53 @@ uint32_t tsr_km_check_desc_ports(const tsr_desc_t *d, uint64_t window_base, uint
   return TSR_HWERR_OK;
 }
 
+uint32_t tsr_km_check_desc_ports(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
+                                 uint32_t ports) {
+  return tsr_km_check_desc_ops(d, window_base, window_size, ports, TSR_KM_OPS_ALL);
+}
+
 uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size) {
   return tsr_km_check_desc_ports(d, window_base, window_size, 1);
+}
+
+/* GEMM_BSR on the model's memory: C one tile row at a time, each tile row's
+ * stored tiles spread into a BN x K strip of zeros (absent tiles are zeros,
+ * so the product is the dense one, bit for bit). Returns an AXI_ERROR when
+ * host memory runs out. */
+static uint32_t run_bsr(const tsr_desc_t *d, const tsr_km_memory_t *mem, tsr_threadpool_t *pool,
+                        tsr_isa_t isa) {
+  const uint32_t BN = TSR_HW_BSR_BN, BK = TSR_HW_BSR_BK;
+  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k);
+  const uint8_t *bm = mem->data + (d->w_addr - mem->base);
+  const uint8_t *tiles = mem->data + (tsr_desc_bsr_tiles(d) - mem->base);
+  const int8_t *a = (const int8_t *)(mem->data + (d->a_addr - mem->base));
+  uint8_t *cb = mem->data + (d->c_addr - mem->base);
+  int8_t *strip = malloc((size_t)BN * d->k);
+  if (!strip) return TSR_HWERR_AXI_ERROR;
+  uint64_t idx = 0;
+  for (uint32_t tr = 0; tr < ntr; tr++) {
+    const uint8_t *row = bm + (uint64_t)tr * d->ldw;
+    const uint32_t n0 = tr * BN, nl = d->n - n0 < BN ? d->n - n0 : BN;
+    bool any = false;
+    memset(strip, 0, (size_t)BN * d->k);
+    for (uint32_t x = 0; x < nkt; x++) {
+      if (!tsr_bsr_bit(row, x)) continue;
+      const uint32_t kl = d->k - x * BK < BK ? d->k - x * BK : BK;
+      const uint8_t *tile = tiles + idx++ * TSR_BSR_TILE_BYTES;
+      for (uint32_t j = 0; j < nl; j++)
+        memcpy(strip + (size_t)j * d->k + (size_t)x * BK, tile + (size_t)j * BK, kl);
+      any = true;
+    }
+    int32_t *c = (int32_t *)(void *)(cb + 4ull * n0);
+    if (any) {
+      tsr_qgemm_strided(pool, isa, c, d->ldc / 4, a, d->lda, strip, d->k, (int32_t)d->m,
+                        (int32_t)nl, (int32_t)d->k);
+    } else {
+      for (uint32_t r = 0; r < d->m; r++) memset(cb + (uint64_t)r * d->ldc + 4ull * n0, 0, 4ull * nl);
+    }
+  }
+  free(strip);
+  return TSR_HWERR_OK;
 }
 
 void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
@@ -381,13 +663,48 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
     }
     tsr_desc_t d;
     tsr_desc_unpack(&d, mem->data + (da - mem->base));
-    status = tsr_km_check_desc_ports(&d, wb, ws, (uint32_t)ports_of(t));
+    status = tsr_km_check_desc_ops(&d, wb, ws, (uint32_t)ports_of(t), t->ops);
     if (status != TSR_HWERR_OK) {
       add_fetch(t, &e);
       break;
     }
     if (d.opcode == TSR_OP_NOP) {
       tsr_km_estimate_nop(t, &e);
+      continue;
+    }
+    if (d.opcode == TSR_OP_GEMM_BSR_I8_I32) {
+      uint64_t a_len = (uint64_t)(d.m - 1) * d.lda + d.k;
+      uint64_t c_len = (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n;
+      uint64_t t_len = (uint64_t)d.w_cstride * TSR_BSR_TILE_BYTES;
+      add_fetch(t, &e);
+      if (!tsr_km_inside(d.w_addr, tsr_bsr_bitmap_span(&d), mem->base, mem->size)) {
+        status = TSR_HWERR_AXI_ERROR;
+        break;
+      }
+      const uint8_t *bm = mem->data + (d.w_addr - mem->base);
+      tsr_km_estimate_t cnt = {0};
+      status = tsr_km_bsr_count(t, &d, bm, &cnt);
+      if (status != TSR_HWERR_OK) {
+        e.cycles += cnt.cycles;
+        e.bytes_rd += cnt.bytes_rd;
+        break;
+      }
+      if (!tsr_km_inside(d.a_addr, a_len, mem->base, mem->size) ||
+          !tsr_km_inside(tsr_desc_bsr_tiles(&d), t_len, mem->base, mem->size) ||
+          !tsr_km_inside(d.c_addr, c_len, mem->base, mem->size)) {
+        status = TSR_HWERR_AXI_ERROR;
+        break;
+      }
+      /* the estimate reads the bitmaps before C may overwrite them */
+      tsr_km_estimate_t est = {0};
+      km_bsr(t, &d, bm, true, &est);
+      status = run_bsr(&d, mem, pool, isa);
+      if (status != TSR_HWERR_OK) break;
+      e.cycles += est.cycles;
+      e.stall_cycles += est.stall_cycles;
+      e.bytes_rd += est.bytes_rd;
+      e.bytes_wr += est.bytes_wr;
+      e.macs += est.macs;
       continue;
     }
     uint64_t nch = d.w_nch > 1 ? d.w_nch : 1;

@@ -21,17 +21,25 @@
  *   1.       BAD_OPCODE   opcode unknown or FLAGS != 0
  *            (a NOP with FLAGS 0 completes here)
  *   2.       BAD_DIMS     M, N or K is 0 or above MAX_DIM
+ *   2b.      BAD_BLOCK    GEMM_BSR: BSR_BLOCK is not BSR_BN x BSR_BK
  *   3.       BAD_STRIDE   LDA < K, LDW < K, LDC < 4*N, LDC % 4, C_ADDR % 4,
  *                         W_NCH not 0, 1 or the kernel's ports, W_CSTRIDE
- *                         != 0 with one channel
+ *                         != 0 with one channel; GEMM_BSR: LDA < K, LDC
+ *                         as above, BSR_LDB < ceil(ceil(K/BK)/8)
  *   4.       ADDR_RANGE   the extent of A, W or C is outside the window; the
  *                         extent of X is [X_ADDR, X_ADDR + (rows-1)*LDX +
  *                         row bytes), of W striped over P channels
  *                         [W_ADDR, W_ADDR + (P-1)*W_CSTRIDE +
- *                         ((N-1)/P)*LDW + K)
+ *                         ((N-1)/P)*LDW + K); GEMM_BSR: A, C, the bitmaps
+ *                         [W_ADDR, W_ADDR + ceil(N/BN)*BSR_LDB) and the
+ *                         tiles [first tile, + BSR_NNZ*BN*BK)
  *   5.       AXI_ERROR    an operand inside the window lies outside physical
- *                         memory (the memory answers DECERR)
- * A descriptor refused in steps 1-4 writes nothing (the RTL checks before
+ *                         memory (the memory answers DECERR); GEMM_BSR: the
+ *                         bitmaps first, before step 6
+ *   6.       BAD_COUNT    GEMM_BSR: the bitmaps, read in full before any
+ *                         tile, hold a set bit past a row's last k tile or
+ *                         a popcount other than BSR_NNZ
+ * A descriptor refused in steps 1-4 or 6 writes nothing (the RTL checks before
  * any operand access). Step 5 is an approximation: the model writes nothing
  * for such a descriptor and counts only its fetch, while the RTL notices
  * the error responses at the descriptor's barrier, having requested every
@@ -53,6 +61,24 @@
  * Counters: BYTES_RD = 64 per descriptor fetched (including a refused one)
  * + the bytes of every operand segment loaded; BYTES_WR = 4*M*N and MACS =
  * M*N*K per completed GEMM. Cycle counts come from the timing model below.
+ *
+ * GEMM_BSR (W block-sparse, driver/tsr_regmap.h): after the checks the
+ * kernel reads every bitmap row (ceil(K/BK)/8 bytes each, the count of
+ * step 6), then walks m blocks, tile rows (n blocks of BSR_BN rows, or of
+ * cols rows when the array is narrower) and k chunks; a step loads the
+ * tile row's bitmap row (at its first step), the A rows of the chunk as a
+ * dense step does (A kept across tile rows when K fits one chunk, and not
+ * loaded at all while no step of the m block has a tile), and one segment
+ * of min(BK, K - k0) bytes per W row of each stored tile of the chunk. A
+ * chunk without a stored tile is no step; for a tile row without any the
+ * writer writes its rows of C as zeros (no step, no output bank, so the
+ * array goes on with the next tile). W is read one segment per stored tile
+ * and n block (the tile's rows of the n block, BK bytes each, bytes past N
+ * or K included). GEMM mode computes one k
+ * per cycle over the stored tiles only, GEMV mode rows k's per cycle.
+ * Counters: BYTES_RD = 64 + the bitmaps twice (the count, then per m block)
+ * + the A and W segments; MACS = M x the stored tiles' elements inside
+ * N x K; BYTES_WR = 4*M*N.
  */
 #ifndef TSR_KERNEL_MODEL_H
 #define TSR_KERNEL_MODEL_H
@@ -75,7 +101,15 @@ typedef struct tsr_km_timing {
                                  channel (>= 1; 0 is taken as 1)            */
   uint32_t mem_latency;       /* cycles from read request to first data     */
   double clock_hz;            /* kernel clock, to project cycles to seconds */
+  uint32_t ops;               /* opcodes the kernel build implements, a mask
+                                 of 1 << TSR_OP_*; 0 = every opcode the
+                                 model knows (a kernel without the sparse
+                                 unit refuses GEMM_BSR with BAD_OPCODE)    */
 } tsr_km_timing_t;
+
+/* Every opcode the model implements. */
+#define TSR_KM_OPS_ALL \
+  ((1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32) | (1u << TSR_OP_GEMM_BSR_I8_I32))
 
 /* Defaults: the RTL's default build (16x16 array, 64-byte bus, 4096-byte
  * k chunks) at 300 MHz on one DDR4-2400 bank (19.2 GB/s = 64 bytes/cycle at
@@ -110,6 +144,15 @@ void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint
 void tsr_km_estimate_gemm_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
                                tsr_km_estimate_t *acc);
 void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc);
+/* A GEMM_BSR descriptor that passed the checks: `bitmap` is a host copy of
+ * its bitmaps (row r at bitmap + r*BSR_LDB, tsr_bsr_bitmap_span bytes,
+ * borrowed). */
+void tsr_km_estimate_bsr_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
+                              const uint8_t *bitmap, tsr_km_estimate_t *acc);
+/* Step 6 of the checks on a host copy of the bitmaps; also the cost of
+ * the count (its reads), added to *acc when acc is not NULL. */
+uint32_t tsr_km_bsr_count(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint8_t *bitmap,
+                          tsr_km_estimate_t *acc);
 
 /* Convenience for planners: modeled cycles of a single-descriptor launch. */
 uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k);
@@ -129,6 +172,10 @@ typedef struct tsr_km_memory {
 uint32_t tsr_km_check_desc_ports(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
                                  uint32_t ports);
 uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size);
+/* The same for a kernel build that implements only the opcodes in `ops`
+ * (a mask of 1 << TSR_OP_*, 0 = all the model knows). */
+uint32_t tsr_km_check_desc_ops(const tsr_desc_t *d, uint64_t window_base, uint64_t window_size,
+                               uint32_t ports, uint32_t ops);
 
 /* Runs one launch over `mem` and fills *out (every field). Never fails:
  * problems are reported in out->hw_status like the RTL reports them. The

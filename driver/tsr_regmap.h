@@ -54,6 +54,41 @@ static inline uint64_t tsr_desc_w_row(const tsr_desc_t *d, uint32_t n) {
   return d->w_addr + (uint64_t)(n % c) * d->w_cstride + (uint64_t)(n / c) * d->ldw;
 }
 
+/* ---- GEMM_BSR_I8_I32: W block-sparse (hw/README.md "Block-sparse weights").
+ * W (N x K) is cut into tiles of BSR_BN rows x BSR_BK bytes; tile row r
+ * (rows r*BN ..) has a bitmap of ceil(K/BK) bits at W_ADDR + r*BSR_LDB
+ * (bit t in byte t/8, LSB first: k tile t is stored). The stored tiles
+ * follow the bitmaps from the first 64-byte boundary after
+ * W_ADDR + ceil(N/BN)*BSR_LDB: tile row 0's in k order, then row 1's, ...,
+ * BN*BK bytes each (row j of a tile at +j*BK; bytes past N or K are 0). In
+ * tsr_desc_t the fields ldw, w_nch and w_cstride hold BSR_LDB, BSR_BLOCK and
+ * BSR_NNZ. */
+#define TSR_BSR_TILE_BYTES ((uint64_t)TSR_HW_BSR_BN * TSR_HW_BSR_BK)
+#define TSR_BSR_BLOCK_WORD ((uint32_t)TSR_HW_BSR_BN << 16 | (uint32_t)TSR_HW_BSR_BK)
+
+static inline uint32_t tsr_bsr_tile_rows(uint32_t n) {
+  return (n + TSR_HW_BSR_BN - 1) / TSR_HW_BSR_BN;
+}
+static inline uint32_t tsr_bsr_k_tiles(uint32_t k) {
+  return (k + TSR_HW_BSR_BK - 1) / TSR_HW_BSR_BK;
+}
+/* Bytes of a tile row's bitmap the kernel reads. */
+static inline uint32_t tsr_bsr_row_bytes(uint32_t k) { return (tsr_bsr_k_tiles(k) + 7) / 8; }
+/* Bytes from W_ADDR to the end of the last bitmap row (ceil(N/BN) rows of
+ * LDB bytes). */
+static inline uint64_t tsr_bsr_bitmap_span(const tsr_desc_t *d) {
+  return (uint64_t)tsr_bsr_tile_rows(d->n) * d->ldw;
+}
+/* Padding from the end of the bitmaps to the first tile (to 64 bytes). */
+static inline uint64_t tsr_bsr_tile_pad(const tsr_desc_t *d) {
+  return (0 - (d->w_addr + tsr_bsr_bitmap_span(d))) & 63u;
+}
+/* Device address of the first stored tile. */
+static inline uint64_t tsr_desc_bsr_tiles(const tsr_desc_t *d) {
+  return d->w_addr + tsr_bsr_bitmap_span(d) + tsr_bsr_tile_pad(d);
+}
+/* Whether k tile t of a bitmap row is stored. */
+static inline int tsr_bsr_bit(const uint8_t *row, uint32_t t) { return (row[t / 8] >> (t % 8)) & 1; }
 
 static inline void tsr_desc_pack(uint8_t out[TSR_HW_DESC_BYTES], const tsr_desc_t *d) {
   tsr_put_le32(out + TSR_DESC_OPCODE, d->opcode);

@@ -277,7 +277,7 @@ static void fm_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_bytes_per_cycle = dev->timing.mem_bytes_per_cycle;
   out->mem_ports = dev->timing.ports;
   out->mem_latency = dev->timing.mem_latency;
-  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  out->ops = dev->timing.ops ? dev->timing.ops : TSR_KM_OPS_ALL;
 }
 
 static tsr_status_t fm_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,

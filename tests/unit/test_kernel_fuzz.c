@@ -234,6 +234,8 @@ static tsr_km_timing_t timing_of(int inst) {
   t.cols = g_cols;
   t.mem_latency = inst_mem[inst].latency;
   t.mem_bytes_per_cycle = inst_mem[inst].bytes_per_cycle;
+  /* the RTL has no block-sparse unit yet: it refuses GEMM_BSR as unknown */
+  t.ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
   return t;
 }
 
@@ -357,7 +359,7 @@ static const char *mutate(const input_t *in, tsr_desc_t *d) {
 static const char *mutate_one(const input_t *in, tsr_desc_t *d) {
   uint64_t wend = in->wb + in->ws; /* may wrap; only used when it does not */
   switch (below(36)) {
-    case 0: d->opcode = 2; return "opcode 2";
+    case 0: d->opcode = TSR_OP_GEMM_BSR_I8_I32; return "opcode GEMM_BSR (not in this build)";
     case 1: d->opcode = 0xffffffffu; return "opcode ~0";
     case 2: d->opcode = (uint32_t)rnd(); return "opcode random";
     case 3: d->flags = 1u << below(32); return "a FLAGS bit";
