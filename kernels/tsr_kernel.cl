@@ -7,7 +7,8 @@
  * the RTL and the functional model (driver/kernel_model.h):
  *
  *   tsr_fetch(index 0)  clears the status block, checks the ring (RING_RANGE)
- *   tsr_gemm            computes descriptor 0 if it was accepted
+ *   tsr_gemm            computes descriptor 0 if it was accepted (a GEMM,
+ *                       or a GEMM_BSR over its stored tiles)
  *   tsr_fetch(index 1)  ...
  *
  * tsr_fetch is one work-item: it copies descriptor `index` out of the ring,
@@ -103,10 +104,83 @@ static ulong tsr_w_len(__global const uchar *d) {
          ((n - 1) / nch) * tsr_le32(d + TSR_DESC_LDW) + tsr_le32(d + TSR_DESC_K);
 }
 
+/* GEMM_BSR's layout (hw/regmap.def, driver/tsr_regmap.h): tile rows, k
+ * tiles, bitmap bytes read per row, the bitmaps' span from W_ADDR and the
+ * padding to the first tile. */
+static uint tsr_bsr_rows(__global const uchar *d) {
+  return (tsr_le32(d + TSR_DESC_N) + TSR_HW_BSR_BN - 1) / TSR_HW_BSR_BN;
+}
+static uint tsr_bsr_ktiles(__global const uchar *d) {
+  return (tsr_le32(d + TSR_DESC_K) + TSR_HW_BSR_BK - 1) / TSR_HW_BSR_BK;
+}
+static ulong tsr_bsr_span(__global const uchar *d) {
+  return (ulong)tsr_bsr_rows(d) * tsr_le32(d + TSR_DESC_BSR_LDB);
+}
+static ulong tsr_bsr_pad(__global const uchar *d) {
+  return (0 - (tsr_le64(d + TSR_DESC_W_ADDR) + tsr_bsr_span(d))) & 63ul;
+}
+static ulong tsr_bsr_tiles(__global const uchar *d) {
+  return tsr_le64(d + TSR_DESC_W_ADDR) + tsr_bsr_span(d) + tsr_bsr_pad(d);
+}
+
+/* Steps 2b-4 of the checks for GEMM_BSR (tsr_km_check_desc_ops). */
+static uint tsr_check_bsr(__global const uchar *d, ulong wb, ulong ws) {
+  ulong m = tsr_le32(d + TSR_DESC_M), n = tsr_le32(d + TSR_DESC_N);
+  ulong k = tsr_le32(d + TSR_DESC_K);
+  if (tsr_le32(d + TSR_DESC_BSR_BLOCK) != (TSR_HW_BSR_BN << 16 | TSR_HW_BSR_BK))
+    return TSR_HWERR_BAD_BLOCK;
+  ulong lda = tsr_le32(d + TSR_DESC_LDA), ldc = tsr_le32(d + TSR_DESC_LDC);
+  ulong c = tsr_le64(d + TSR_DESC_C_ADDR);
+  if (lda < k || ldc < 4 * n || ldc % 4 || c % 4 ||
+      tsr_le32(d + TSR_DESC_BSR_LDB) < (tsr_bsr_ktiles(d) + 7) / 8)
+    return TSR_HWERR_BAD_STRIDE;
+  ulong a = tsr_le64(d + TSR_DESC_A_ADDR), w = tsr_le64(d + TSR_DESC_W_ADDR);
+  ulong span = tsr_bsr_span(d);
+  if (!tsr_inside(a, (m - 1) * lda + k, wb, ws) || !tsr_inside(w, span, wb, ws) ||
+      !tsr_inside(c, (m - 1) * ldc + 4 * n, wb, ws))
+    return TSR_HWERR_ADDR_RANGE;
+  ulong rel = w - wb + span, pad = tsr_bsr_pad(d);
+  ulong tiles = (ulong)tsr_le32(d + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * TSR_HW_BSR_BK;
+  if (pad > ws - rel || tiles > ws - rel - pad) return TSR_HWERR_ADDR_RANGE;
+  return TSR_HWERR_OK;
+}
+
+/* Step 6 for GEMM_BSR: the bitmaps' popcount against BSR_NNZ, no bit past
+ * a row's last k tile. *elems gets the stored tiles' elements inside
+ * N x K (for MACS). */
+static uint tsr_bsr_count(__global const uchar *d, __global const uchar *bm, ulong *elems) {
+  uint ntr = tsr_bsr_rows(d), nkt = tsr_bsr_ktiles(d), rb = (nkt + 7) / 8;
+  uint n = tsr_le32(d + TSR_DESC_N), k = tsr_le32(d + TSR_DESC_K);
+  ulong ldb = tsr_le32(d + TSR_DESC_BSR_LDB);
+  uint last_mask = nkt % 8 ? (1u << (nkt % 8)) - 1 : 0xFFu;
+  uint last_kl = k - (nkt - 1) * TSR_HW_BSR_BK; /* k bytes of the last k tile */
+  ulong total = 0, el = 0;
+  for (uint r = 0; r < ntr; r++) {
+    __global const uchar *row = bm + (ulong)r * ldb;
+    uint nl = n - r * (uint)TSR_HW_BSR_BN;
+    if (nl > TSR_HW_BSR_BN) nl = TSR_HW_BSR_BN;
+    ulong in_row = 0;
+    for (uint b = 0; b < rb; b++) {
+      uint v = row[b];
+      if (b + 1 == rb) {
+        if (v & ~last_mask) return TSR_HWERR_BAD_COUNT;
+        v &= last_mask;
+      }
+      in_row += popcount(v);
+    }
+    total += in_row;
+    uint last_set = (row[(nkt - 1) / 8] >> ((nkt - 1) % 8)) & 1;
+    el += (ulong)nl * ((in_row - last_set) * TSR_HW_BSR_BK + last_set * last_kl);
+  }
+  *elems = el;
+  return total == tsr_le32(d + TSR_DESC_BSR_NNZ) ? TSR_HWERR_OK : TSR_HWERR_BAD_COUNT;
+}
+
 /* The checks of tsr_km_check_desc, in its order. */
 static uint tsr_check_desc(__global const uchar *d, ulong wb, ulong ws) {
   uint op = tsr_le32(d + TSR_DESC_OPCODE);
-  if (op != TSR_OP_NOP && op != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
+  if (op != TSR_OP_NOP && op != TSR_OP_GEMM_I8_I32 && op != TSR_OP_GEMM_BSR_I8_I32)
+    return TSR_HWERR_BAD_OPCODE;
   if (tsr_le32(d + TSR_DESC_FLAGS) != 0) return TSR_HWERR_BAD_OPCODE;
   if (op == TSR_OP_NOP) return TSR_HWERR_OK;
   ulong m = tsr_le32(d + TSR_DESC_M), n = tsr_le32(d + TSR_DESC_N);
@@ -114,6 +188,7 @@ static uint tsr_check_desc(__global const uchar *d, ulong wb, ulong ws) {
   if (m == 0 || n == 0 || k == 0 || m > TSR_HW_MAX_DIM || n > TSR_HW_MAX_DIM ||
       k > TSR_HW_MAX_DIM)
     return TSR_HWERR_BAD_DIMS;
+  if (op == TSR_OP_GEMM_BSR_I8_I32) return tsr_check_bsr(d, wb, ws);
   ulong lda = tsr_le32(d + TSR_DESC_LDA), ldw = tsr_le32(d + TSR_DESC_LDW);
   ulong ldc = tsr_le32(d + TSR_DESC_LDC);
   ulong a = tsr_le64(d + TSR_DESC_A_ADDR), w = tsr_le64(d + TSR_DESC_W_ADDR);
@@ -173,6 +248,35 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
   ulong c = tsr_le64(plan + TSR_DESC_C_ADDR);
   ulong lda = tsr_le32(plan + TSR_DESC_LDA);
   ulong ldc = tsr_le32(plan + TSR_DESC_LDC);
+  if (tsr_le32(plan + TSR_DESC_OPCODE) == TSR_OP_GEMM_BSR_I8_I32) {
+    /* the bitmaps are read (and counted) before any tile */
+    if (!tsr_inside(w, tsr_bsr_span(plan), origin, phys)) {
+      tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
+      tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+      return;
+    }
+    ulong elems = 0;
+    uint cs = tsr_bsr_count(plan, mem + (w - origin), &elems);
+    if (cs != TSR_HWERR_OK) {
+      tsr_log(regs, index, TSR_CL_LOG_BSR_COUNT, plan);
+      tsr_stop(regs, cs, index);
+      return;
+    }
+    ulong t_len = (ulong)tsr_le32(plan + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * TSR_HW_BSR_BK;
+    if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
+        !tsr_inside(tsr_bsr_tiles(plan), t_len, origin, phys) ||
+        !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
+      tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
+      tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+      return;
+    }
+    tsr_log(regs, index, TSR_CL_LOG_BSR, plan);
+    TSR_U64(TSR_STAT_BYTES_WR) += (ulong)m * n * 4;
+    TSR_U64(TSR_STAT_MACS) += (ulong)m * elems;
+    TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
+    TSR_U32(TSR_CL_PLAN) = TSR_OP_GEMM_BSR_I8_I32;
+    return;
+  }
   if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
       !tsr_inside(w, tsr_w_len(plan), origin, phys) ||
       !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
@@ -194,8 +298,71 @@ static int tsr_hsum16(int16 v) {
   return c.x + c.y;
 }
 
+/* GEMM_BSR: work-item blocks of RM x RN outputs inside one tile row (RN
+ * divides BN); each finds its tile row's first stored tile by counting the
+ * bitmaps before it, then reduces over the stored tiles only (a tile row
+ * without one gives zeros). */
+static void tsr_gemm_bsr(__global uchar *mem, __global uint *regs) {
+  __global const uchar *d = (__global const uchar *)regs + TSR_CL_DESC;
+  ulong origin = TSR_U64(TSR_CL_ORIGIN);
+  uint M = tsr_le32(d + TSR_DESC_M), N = tsr_le32(d + TSR_DESC_N);
+  uint K = tsr_le32(d + TSR_DESC_K);
+  ulong lda = tsr_le32(d + TSR_DESC_LDA), ldc = tsr_le32(d + TSR_DESC_LDC);
+  ulong ldb = tsr_le32(d + TSR_DESC_BSR_LDB);
+  uint nkt = tsr_bsr_ktiles(d), rb = (nkt + 7) / 8;
+  __global const char *A = (__global const char *)(mem + (tsr_le64(d + TSR_DESC_A_ADDR) - origin));
+  __global const uchar *BM = mem + (tsr_le64(d + TSR_DESC_W_ADDR) - origin);
+  __global const char *T = (__global const char *)(mem + (tsr_bsr_tiles(d) - origin));
+  __global uchar *C = mem + (tsr_le64(d + TSR_DESC_C_ADDR) - origin);
+  const uint per_row = TSR_HW_BSR_BN / TSR_RN;
+  uint bm_n = (M + TSR_RM - 1) / TSR_RM, bn_n = tsr_bsr_rows(d) * per_row;
+  ulong blocks = (ulong)bm_n * bn_n;
+  for (ulong b = get_global_id(0); b < blocks; b += get_global_size(0)) {
+    uint m0 = (uint)(b / bn_n) * TSR_RM, nb = (uint)(b % bn_n);
+    uint tr = nb / per_row, jr = (nb % per_row) * TSR_RN, n0 = tr * TSR_HW_BSR_BN + jr;
+    if (n0 >= N) continue;
+    ulong idx = 0; /* stored tiles before tile row tr */
+    for (uint r = 0; r < tr; r++)
+      for (uint x = 0; x < rb; x++) idx += popcount((uint)BM[(ulong)r * ldb + x]);
+    __global const uchar *row = BM + (ulong)tr * ldb;
+    int acc[TSR_RM][TSR_RN];
+    for (int i = 0; i < TSR_RM; i++)
+      for (int j = 0; j < TSR_RN; j++) acc[i][j] = 0;
+    for (uint x = 0; x < nkt; x++) {
+      if (!((row[x / 8] >> (x % 8)) & 1)) continue;
+      uint k0 = x * TSR_HW_BSR_BK, kl = min((uint)TSR_HW_BSR_BK, K - k0);
+      __global const char *tile = T + idx * (TSR_HW_BSR_BN * TSR_HW_BSR_BK);
+      idx++;
+      for (int i = 0; i < TSR_RM; i++) {
+        __global const char *ar = A + (ulong)min(m0 + i, M - 1) * lda + k0;
+        for (int j = 0; j < TSR_RN; j++) {
+          __global const char *wr = tile + (jr + j) * TSR_HW_BSR_BK;
+          int16 v = (int16)(0);
+          uint kk = 0;
+          for (; kk + 16 <= kl; kk += 16)
+            v += convert_int16(vload16(0, ar + kk)) * convert_int16(vload16(0, wr + kk));
+          int s = tsr_hsum16(v);
+          for (; kk < kl; kk++) s += (int)ar[kk] * (int)wr[kk];
+          acc[i][j] += s;
+        }
+      }
+    }
+    for (int i = 0; i < TSR_RM; i++) {
+      if (m0 + i >= M) break;
+      for (int j = 0; j < TSR_RN; j++) {
+        if (n0 + j >= N) break;
+        *(__global int *)(C + (ulong)(m0 + i) * ldc + 4ul * (n0 + j)) = acc[i][j];
+      }
+    }
+  }
+}
+
 __kernel void tsr_gemm(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
                        __global uchar *mem, __global uint *regs) {
+  if (TSR_U32(TSR_CL_PLAN) == TSR_OP_GEMM_BSR_I8_I32) {
+    tsr_gemm_bsr(mem, regs);
+    return;
+  }
   if (TSR_U32(TSR_CL_PLAN) != TSR_OP_GEMM_I8_I32) return;
   __global const uchar *d = (__global const uchar *)regs + TSR_CL_DESC;
   ulong origin = TSR_U64(TSR_CL_ORIGIN);

@@ -121,6 +121,9 @@ enum {
   TSR_CL_LOG_GEMM = 2,         /* a GEMM completed (its descriptor logged) */
   TSR_CL_LOG_REFUSED = 3,      /* fetched, then refused                  */
   TSR_CL_LOG_FETCH_FAILED = 4, /* the fetch itself failed (AXI_ERROR)    */
+  TSR_CL_LOG_BSR = 5,          /* a GEMM_BSR completed (descriptor logged) */
+  TSR_CL_LOG_BSR_COUNT = 6,    /* a GEMM_BSR refused by the count of its
+                                  bitmaps (descriptor logged)             */
 };
 
 /* ---- the OpenCL API, resolved from the ICD loader ---------------------- */
@@ -498,6 +501,8 @@ static tsr_status_t build_source(ocl_device_t *dev, char **out) {
       {"TSR_CL_LOG_GEMM", TSR_CL_LOG_GEMM},
       {"TSR_CL_LOG_REFUSED", TSR_CL_LOG_REFUSED},
       {"TSR_CL_LOG_FETCH_FAILED", TSR_CL_LOG_FETCH_FAILED},
+      {"TSR_CL_LOG_BSR", TSR_CL_LOG_BSR},
+      {"TSR_CL_LOG_BSR_COUNT", TSR_CL_LOG_BSR_COUNT},
   };
   size_t n_reg = sizeof regmap_defines / sizeof regmap_defines[0];
   size_t n_priv = sizeof priv / sizeof priv[0];
@@ -695,6 +700,7 @@ static void ocl_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->link_latency_s = 10e-6;
   out->launch_latency_s = 50e-6;
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  if (!dev->xilinx) out->ops |= 1u << TSR_OP_GEMM_BSR_I8_I32; /* an xclbin's RTL has none yet */
 }
 
 static tsr_status_t ocl_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
@@ -860,6 +866,26 @@ static tsr_status_t ocl_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_qu
   return TSR_OK;
 }
 
+/* A host copy of a GEMM_BSR descriptor's bitmaps, read from device memory
+ * (NULL if that fails; the caller frees it). The kernel read them when the
+ * descriptor ran; read here after the launch they are the same unless a
+ * later descriptor wrote over them (weights never are), which would change
+ * only the modeled cycles, not the results. */
+static uint8_t *read_bitmaps(ocl_device_t *dev, const tsr_desc_t *d) {
+  uint64_t span = tsr_bsr_bitmap_span(d);
+  if (!span || !tsr_km_inside(d->w_addr, span, dev->mem_base, dev->mem_size)) return NULL;
+  uint8_t *bm = malloc((size_t)span);
+  if (!bm) return NULL;
+  tsr_status_t s = OCL_CALL(&dev->cl, clEnqueueReadBuffer, dev->xq, dev->mem, CL_TRUE,
+                            (size_t)(d->w_addr - dev->mem_base), (size_t)span, bm, 0, NULL, NULL);
+  if (s) {
+    tsr_status_free(s);
+    free(bm);
+    return NULL;
+  }
+  return bm;
+}
+
 /* Turns the read-back status block of a finished command into its result.
  * STATUS, ERR_INDEX, DESC_DONE, BYTES_WR and MACS come from the kernel; the
  * cycle and read counters are the analytic model's (kernel_model.h) for the
@@ -889,6 +915,22 @@ static void finish_cmd(ocl_device_t *dev, const ocl_cmd_t *c, tsr_hal_result_t *
         tsr_desc_t d;
         tsr_desc_unpack(&d, le + 16);
         tsr_km_estimate_gemm_desc(t, &d, &e);
+        break;
+      }
+      case TSR_CL_LOG_BSR:
+      case TSR_CL_LOG_BSR_COUNT: { /* timed on its bitmaps, as tsr_km_execute times it */
+        tsr_desc_t d;
+        tsr_desc_unpack(&d, le + 16);
+        uint8_t *bm = read_bitmaps(dev, &d);
+        if (!bm) break;
+        if (tsr_get_le32(le) == TSR_CL_LOG_BSR) {
+          tsr_km_estimate_bsr_desc(t, &d, bm, &e);
+        } else {
+          e.cycles += t->mem_latency + 8;
+          e.bytes_rd += TSR_HW_DESC_BYTES;
+          tsr_km_bsr_count(t, &d, bm, &e);
+        }
+        free(bm);
         break;
       }
       case TSR_CL_LOG_REFUSED: /* fetched (latency + decode), then stopped */
