@@ -6,7 +6,9 @@
  * for a GEMM the output tiles of ROWS x COLS: for each k chunk a dataflow
  * region loads the A rows and the W rows of the chunk (load), multiplies
  * them into the accumulators (compute), and after the last chunk the tile is
- * written back (store). A refused descriptor writes nothing and stops the
+ * written back (store). A GEMM_BSR reads and counts its bitmaps first, then
+ * runs the same regions over each tile row's stored tiles only (one tile =
+ * one chunk of 128 bytes). A refused descriptor writes nothing and stops the
  * launch; the ones before it have completed.
  */
 #include "tsr_kernel_hls.h"
@@ -63,14 +65,76 @@ fetch:
   d.cstride = get32(raw + TSR_DESC_W_CSTRIDE);
 }
 
+/* GEMM_BSR (hw/README.md "Block-sparse weights"): in desc_t, ldw is
+ * BSR_LDB, nch BSR_BLOCK and cstride BSR_NNZ; w is the bitmap of tile row
+ * 0. Tile rows, k tiles, bitmap bytes of a row, the bitmaps' span and the
+ * first tile's address. */
+uint32_t bsr_rows(const desc_t &d) { return (d.n + TSR_HW_BSR_BN - 1) / TSR_HW_BSR_BN; }
+uint32_t bsr_ktiles(const desc_t &d) { return (d.k + TSR_HW_BSR_BK - 1) / TSR_HW_BSR_BK; }
+uint32_t bsr_rb(const desc_t &d) { return (bsr_ktiles(d) + 7) / 8; }
+uint64_t bsr_span(const desc_t &d) { return (uint64_t)bsr_rows(d) * d.ldw; }
+uint64_t bsr_pad(const desc_t &d) { return (0 - (d.w + bsr_span(d))) & 63u; }
+uint64_t bsr_tiles(const desc_t &d) { return d.w + bsr_span(d) + bsr_pad(d); }
+const uint64_t kTileBytes = (uint64_t)TSR_HW_BSR_BN * TSR_HW_BSR_BK;
+
+/* Checks 2b-4 for GEMM_BSR, in the model's order. */
+uint32_t check_bsr(const desc_t &d, uint64_t wb, uint64_t ws) {
+  if (d.nch != ((uint32_t)TSR_HW_BSR_BN << 16 | (uint32_t)TSR_HW_BSR_BK))
+    return TSR_HWERR_BAD_BLOCK;
+  if (d.lda < d.k || (uint64_t)d.ldc < 4ull * d.n || d.ldc % 4 || d.c % 4 || d.ldw < bsr_rb(d))
+    return TSR_HWERR_BAD_STRIDE;
+  uint64_t span = bsr_span(d);
+  if (!inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, wb, ws) || !inside(d.w, span, wb, ws) ||
+      !inside(d.c, (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n, wb, ws))
+    return TSR_HWERR_ADDR_RANGE;
+  uint64_t rel = d.w - wb + span, pad = bsr_pad(d), tiles = (uint64_t)d.cstride * kTileBytes;
+  if (pad > ws - rel || tiles > ws - rel - pad) return TSR_HWERR_ADDR_RANGE;
+  return TSR_HWERR_OK;
+}
+
+/* Check 6 for GEMM_BSR: read the bitmaps, count; *elems gets the stored
+ * tiles' elements inside N x K (MACS = M x elems). */
+uint32_t count_bsr(const uint8_t *gmem, const desc_t &d, uint64_t &elems) {
+  const uint32_t ntr = bsr_rows(d), nkt = bsr_ktiles(d), rb = bsr_rb(d);
+  const uint32_t last_mask = nkt % 8 ? (1u << (nkt % 8)) - 1 : 0xFFu;
+  const uint32_t last_kl = d.k - (nkt - 1) * TSR_HW_BSR_BK;
+  uint64_t total = 0;
+  elems = 0;
+count_row:
+  for (uint32_t r = 0; r < ntr; r++) {
+    uint64_t row = d.w + (uint64_t)r * d.ldw;
+    const uint32_t bn = TSR_HW_BSR_BN;
+    uint32_t nl = d.n - r * bn < bn ? d.n - r * bn : bn;
+    uint64_t in_row = 0;
+    uint32_t last_set = 0;
+  count_byte:
+    for (uint32_t b = 0; b < rb; b++) {
+#pragma HLS PIPELINE II = 1
+      uint32_t v = gmem[row + b];
+      if (b + 1 == rb) {
+        if (v & ~last_mask) return TSR_HWERR_BAD_COUNT;
+        v &= last_mask;
+        last_set = (v >> ((nkt - 1) % 8)) & 1;
+      }
+      for (int bit = 0; bit < 8; bit++) in_row += (v >> bit) & 1;
+    }
+    total += in_row;
+    elems += (uint64_t)nl * ((in_row - last_set) * TSR_HW_BSR_BK + last_set * last_kl);
+  }
+  return total == d.cstride ? TSR_HWERR_OK : TSR_HWERR_BAD_COUNT;
+}
+
 /* The functional model's checks 1-4, in its order. */
 uint32_t check_desc(const desc_t &d, uint64_t wb, uint64_t ws) {
-  if (d.opcode != TSR_OP_NOP && d.opcode != TSR_OP_GEMM_I8_I32) return TSR_HWERR_BAD_OPCODE;
+  if (d.opcode != TSR_OP_NOP && d.opcode != TSR_OP_GEMM_I8_I32 &&
+      d.opcode != TSR_OP_GEMM_BSR_I8_I32)
+    return TSR_HWERR_BAD_OPCODE;
   if (d.flags != 0) return TSR_HWERR_BAD_OPCODE;
   if (d.opcode == TSR_OP_NOP) return TSR_HWERR_OK;
   if (d.m == 0 || d.n == 0 || d.k == 0 || d.m > TSR_HW_MAX_DIM || d.n > TSR_HW_MAX_DIM ||
       d.k > TSR_HW_MAX_DIM)
     return TSR_HWERR_BAD_DIMS;
+  if (d.opcode == TSR_OP_GEMM_BSR_I8_I32) return check_bsr(d, wb, ws);
   bool bad_layout = d.nch > 1 ? d.nch != TSR_HLS_PORTS : d.cstride != 0;
   if (d.lda < d.k || d.ldw < d.k || (uint64_t)d.ldc < 4ull * d.n || d.ldc % 4 || d.c % 4 ||
       bad_layout)
@@ -199,6 +263,58 @@ tile_m:
   return rd;
 }
 
+/* One stored tile of a GEMM_BSR: its k range of the A rows and its rows
+ * (BK bytes apart) into the buffers, then compute. */
+void run_tile(const uint8_t *gmem, const desc_t &d, uint32_t m0, uint64_t tile, uint32_t k0,
+              uint32_t mt, uint32_t nt, uint32_t kl, int32_t acc[TSR_HLS_ROWS][TSR_HLS_COLS]) {
+#pragma HLS DATAFLOW
+  int8_t a_buf[TSR_HLS_ROWS][TSR_HLS_KC];
+  int8_t w_buf[TSR_HLS_COLS][TSR_HLS_KC];
+#pragma HLS ARRAY_PARTITION variable = a_buf dim = 1 complete
+#pragma HLS ARRAY_PARTITION variable = w_buf dim = 1 complete
+  load_rows<TSR_HLS_ROWS>(gmem, d.a + (uint64_t)m0 * d.lda + k0, d.lda, mt, kl, a_buf);
+  load_rows<TSR_HLS_COLS>(gmem, tile, TSR_HW_BSR_BK, nt, kl, w_buf);
+  mac_chunk(a_buf, w_buf, kl, acc);
+}
+
+/* A whole GEMM_BSR: output tiles of ROWS x BN (BN = COLS), each reduced
+ * over its tile row's stored tiles only; returns the bytes read. */
+uint64_t run_bsr(uint8_t *gmem, const desc_t &d) {
+  static_assert(TSR_HW_BSR_BN == TSR_HLS_COLS, "a tile row is one output tile");
+  static_assert(TSR_HW_BSR_BK <= TSR_HLS_KC, "a tile fits the chunk buffers");
+  const uint32_t ntr = bsr_rows(d), nkt = bsr_ktiles(d), rb = bsr_rb(d);
+  const uint64_t tiles = bsr_tiles(d);
+  uint64_t rd = 0;
+bsr_m:
+  for (uint32_t m0 = 0; m0 < d.m; m0 += TSR_HLS_ROWS) {
+    uint64_t idx = 0;
+  bsr_row:
+    for (uint32_t tr = 0; tr < ntr; tr++) {
+      uint32_t n0 = tr * TSR_HW_BSR_BN;
+      uint32_t mt = d.m - m0 < TSR_HLS_ROWS ? d.m - m0 : TSR_HLS_ROWS;
+      uint32_t nt = d.n - n0 < TSR_HLS_COLS ? d.n - n0 : TSR_HLS_COLS;
+      int32_t acc[TSR_HLS_ROWS][TSR_HLS_COLS];
+#pragma HLS ARRAY_PARTITION variable = acc complete dim = 0
+      for (int r = 0; r < TSR_HLS_ROWS; r++)
+        for (int c = 0; c < TSR_HLS_COLS; c++) acc[r][c] = 0;
+      uint64_t row = d.w + (uint64_t)tr * d.ldw;
+      rd += rb;
+    bsr_tile:
+      for (uint32_t x = 0; x < nkt; x++) {
+        if (!((gmem[row + x / 8] >> (x % 8)) & 1)) continue;
+        uint32_t k0 = x * TSR_HW_BSR_BK;
+        const uint32_t bk = TSR_HW_BSR_BK;
+        uint32_t kl = d.k - k0 < bk ? d.k - k0 : bk;
+        run_tile(gmem, d, m0, tiles + idx * kTileBytes, k0, mt, nt, kl, acc);
+        rd += (uint64_t)(mt + nt) * kl;
+        idx++;
+      }
+      store_tile(gmem, d, m0, n0, mt, nt, acc);
+    }
+  }
+  return rd;
+}
+
 }  // namespace
 
 extern "C" void tsr_kernel(uint64_t mem_base, uint64_t mem_size, uint64_t ring, uint32_t n_desc,
@@ -240,6 +356,28 @@ extern "C" void tsr_kernel(uint64_t mem_base, uint64_t mem_size, uint64_t ring, 
           st = TSR_HWERR_AXI_ERROR;
         if (st != TSR_HWERR_OK) break;
         if (d.opcode == TSR_OP_NOP) continue;
+        if (d.opcode == TSR_OP_GEMM_BSR_I8_I32) {
+          /* the bitmaps first (and counted), then the operands' memory */
+          const uint64_t phys = TSR_HLS_PHYS_BYTES;
+          if (!inside(d.w, bsr_span(d), 0, phys)) {
+            st = TSR_HWERR_AXI_ERROR;
+            break;
+          }
+          uint64_t elems = 0;
+          st = count_bsr(gmem, d, elems);
+          rd += (uint64_t)bsr_rows(d) * bsr_rb(d);
+          if (st != TSR_HWERR_OK) break;
+          if (!inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, 0, phys) ||
+              !inside(bsr_tiles(d), (uint64_t)d.cstride * kTileBytes, 0, phys) ||
+              !inside(d.c, (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n, 0, phys)) {
+            st = TSR_HWERR_AXI_ERROR;
+            break;
+          }
+          rd += run_bsr(gmem, d);
+          wr += 4ull * d.m * d.n;
+          mac += (uint64_t)d.m * elems;
+          continue;
+        }
         rd += run_gemm(gmem, d);
         wr += 4ull * d.m * d.n;
         mac += (uint64_t)d.m * d.n * d.k;

@@ -18,6 +18,7 @@
  *    independent reference for the arithmetic).
  * Prints one line per check and PASSED or FAILED at the end (exit 0 / 1).
  */
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -222,6 +223,60 @@ static tsr_desc_t gemm_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, uin
   return d;
 }
 
+/* A GEMM_BSR laid out at *off by this testbench (hw/README.md "Block-sparse
+ * weights"): round(density * tiles) tiles of random bytes kept at random,
+ * the bitmaps `pb` bytes longer than needed, tiles from the next 64-byte
+ * boundary. */
+static tsr_desc_t bsr_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, double density,
+                         uint32_t pa, uint32_t pb, uint32_t pc) {
+  const uint32_t BN = 16, BK = 128;
+  const uint32_t ntr = (n + BN - 1) / BN, nkt = (k + BK - 1) / BK, rb = (nkt + 7) / 8;
+  tsr_desc_t d = {};
+  d.opcode = TSR_OP_GEMM_BSR_I8_I32;
+  d.m = m, d.n = n, d.k = k, d.lda = k + pa, d.ldw = rb + pb, d.ldc = 4 * (n + pc);
+  d.w_nch = BN << 16 | BK;
+  uint64_t o = *off + rnd(5);
+  d.a_addr = o;
+  o += (uint64_t)(m - 1) * d.lda + k;
+  d.w_addr = o;
+  uint64_t total = (uint64_t)ntr * nkt, keep = (uint64_t)(density * (double)total + 0.5);
+  std::vector<uint8_t> sel(total, 0);
+  for (uint64_t i = 0; i < keep; i++) sel[i] = 1;
+  for (uint64_t i = total; i > 1; i--) std::swap(sel[i - 1], sel[rnd64() % i]);
+  for (uint32_t r = 0; r < ntr; r++) {
+    std::memset(&g_img[o + (uint64_t)r * d.ldw], 0, rb);
+    for (uint32_t t = 0; t < nkt; t++)
+      if (sel[(uint64_t)r * nkt + t]) g_img[o + (uint64_t)r * d.ldw + t / 8] |= (uint8_t)(1u << (t % 8));
+  }
+  o += (uint64_t)ntr * d.ldw;
+  o = (o + 63) & ~63ull;
+  d.w_cstride = (uint32_t)keep;
+  o += keep * BN * BK; /* the tiles: random bytes already there */
+  o = (o + 3) & ~3ull;
+  d.c_addr = o;
+  o += (uint64_t)(m - 1) * d.ldc + 4ull * n;
+  *off = (o + 63) & ~63ull;
+  return d;
+}
+
+/* W of a GEMM_BSR as a dense n x k matrix, read from mem by this testbench. */
+static std::vector<int8_t> bsr_dense(const std::vector<uint8_t> &mem, const tsr_desc_t &d) {
+  const uint32_t BN = 16, BK = 128;
+  const uint32_t ntr = (d.n + BN - 1) / BN, nkt = (d.k + BK - 1) / BK;
+  std::vector<int8_t> w((size_t)d.n * d.k, 0);
+  uint64_t tiles = (d.w_addr + (uint64_t)ntr * d.ldw + 63) & ~63ull, idx = 0;
+  for (uint32_t r = 0; r < ntr; r++)
+    for (uint32_t t = 0; t < nkt; t++) {
+      if (!((mem[d.w_addr + (uint64_t)r * d.ldw + t / 8] >> (t % 8)) & 1)) continue;
+      for (uint32_t j = 0; j < BN && r * BN + j < d.n; j++)
+        for (uint32_t x = 0; x < BK && t * BK + x < d.k; x++)
+          w[(size_t)(r * BN + j) * d.k + t * BK + x] =
+              (int8_t)mem[tiles + idx * BN * BK + (uint64_t)j * BK + x];
+      idx++;
+    }
+  return w;
+}
+
 static tsr_hal_command_t cmd_of(uint64_t wb, uint64_t ws, uint64_t ring, uint32_t n) {
   tsr_hal_command_t c = {};
   c.window_base = wb, c.window_size = ws, c.ring = ring, c.n_desc = n;
@@ -242,18 +297,21 @@ static size_t naive_diff(const tsr_hal_command_t &cmd, uint32_t done,
     if (at + TSR_HW_DESC_BYTES > PHYS) return bad + 1;
     tsr_desc_t d;
     tsr_desc_unpack(&d, &mem[at]);
-    if (d.opcode != TSR_OP_GEMM_I8_I32) continue;
+    if (d.opcode != TSR_OP_GEMM_I8_I32 && d.opcode != TSR_OP_GEMM_BSR_I8_I32) continue;
+    bool bsr = d.opcode == TSR_OP_GEMM_BSR_I8_I32;
     if (d.a_addr + (uint64_t)(d.m - 1) * d.lda + d.k > PHYS ||
-        d.w_addr + (uint64_t)(d.n - 1) * d.ldw + d.k > PHYS ||
+        (!bsr && d.w_addr + (uint64_t)(d.n - 1) * d.ldw + d.k > PHYS) ||
         d.c_addr + (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n > PHYS)
       return bad + 1;
+    std::vector<int8_t> wd;
+    if (bsr) wd = bsr_dense(mem, d);
     std::vector<int32_t> c((size_t)d.m * d.n);
     for (uint32_t r = 0; r < d.m; r++)
       for (uint32_t j = 0; j < d.n; j++) {
         int64_t acc = 0;
         for (uint32_t t = 0; t < d.k; t++)
           acc += (int64_t)(int8_t)mem[d.a_addr + (uint64_t)r * d.lda + t] *
-                 (int8_t)mem[d.w_addr + (uint64_t)j * d.ldw + t];
+                 (bsr ? wd[(size_t)j * d.k + t] : (int8_t)mem[d.w_addr + (uint64_t)j * d.ldw + t]);
         c[(size_t)r * d.n + j] = (int32_t)acc;
       }
     for (uint32_t r = 0; r < d.m; r++)
@@ -388,6 +446,62 @@ static void cases() {
       put(64 * j, d);
     }
     run_case(std::string("refuse: ") + mu.name, cmd_of(0, WIN, 0, 4), (int)mu.want);
+  }
+  /* GEMM_BSR: odd shapes at densities 0, 0.25, 0.5, 1, one ring each. */
+  static const uint32_t bshapes[][3] = {{1, 1, 1},   {3, 17, 130}, {17, 33, 257}, {5, 40, 1000},
+                                        {33, 16, 128}, {1, 70, 700}, {20, 47, 4100}, {2, 5, 9000}};
+  static const double dens[] = {0, 0.25, 0.5, 1};
+  for (double de : dens) {
+    fill_random(0, WIN);
+    off = 4096;
+    uint32_t nb = sizeof bshapes / sizeof bshapes[0];
+    for (uint32_t i = 0; i < nb; i++)
+      put(64 * i, bsr_at(&off, bshapes[i][0], bshapes[i][1], bshapes[i][2], de, i % 3, i % 2,
+                         i % 4 == 1));
+    char nm[64];
+    std::snprintf(nm, sizeof nm, "GEMM_BSR odd shapes, density %.2f", de);
+    run_case(nm, cmd_of(0, WIN, 0, nb), 0);
+  }
+  /* GEMM_BSR refusals at descriptor 1 of 2, each check and their order. */
+  static const mut bmuts[] = {
+      {"BSR: BN 32", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 32u << 16 | 128u; }},
+      {"BSR: BK 64", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 16u << 16 | 64u; }},
+      {"BSR: bitmap stride short", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.ldw = 0; }},
+      {"BSR: LDC < 4N", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.ldc = 4 * d.n - 4; }},
+      {"BSR: bitmaps outside window", TSR_HWERR_ADDR_RANGE,
+       [](tsr_desc_t &d) { d.w_addr = (2u << 20) - 1; }},
+      {"BSR: bitmaps wrap", TSR_HWERR_ADDR_RANGE, [](tsr_desc_t &d) { d.w_addr = UINT64_MAX - 1; }},
+      {"BSR: tiles outside window", TSR_HWERR_ADDR_RANGE,
+       [](tsr_desc_t &d) { d.w_cstride = (2u << 20) / 2048; }},
+      {"BSR: count one high", TSR_HWERR_BAD_COUNT, [](tsr_desc_t &d) { d.w_cstride++; }},
+      {"BSR: count one low", TSR_HWERR_BAD_COUNT, [](tsr_desc_t &d) { d.w_cstride--; }},
+      {"BSR: dims before block", TSR_HWERR_BAD_DIMS, [](tsr_desc_t &d) { d.m = 0, d.w_nch = 0; }},
+      {"BSR: block before stride", TSR_HWERR_BAD_BLOCK,
+       [](tsr_desc_t &d) { d.w_nch = 0, d.lda = 0; }},
+      {"BSR: range before count", TSR_HWERR_ADDR_RANGE,
+       [](tsr_desc_t &d) { d.c_addr = 2u << 20, d.w_cstride++; }},
+  };
+  for (const auto &mu : bmuts) {
+    fill_random(0, WIN);
+    off = 4096;
+    put(0, bsr_at(&off, 7, 40, 300, 0.5, 1, 2, 0));
+    tsr_desc_t d = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
+    mu.f(d);
+    put(64, d);
+    run_case(std::string("refuse: ") + mu.name, cmd_of(0, WIN, 0, 2), (int)mu.want);
+  }
+  {
+    fill_random(0, WIN);
+    off = 4096;
+    tsr_desc_t d = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
+    g_img[d.w_addr] |= 1u << 3; /* k tile 3 of 3: past K */
+    d.w_cstride++;
+    put(0, d);
+    run_case("refuse: BSR: a bit past K", cmd_of(0, WIN, 0, 1), TSR_HWERR_BAD_COUNT);
+    tsr_desc_t far = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
+    far.w_addr = PHYS - 1;
+    put(0, far);
+    run_case("BSR: bitmaps beyond memory", cmd_of(0, 1ull << 40, 0, 1), TSR_HWERR_AXI_ERROR);
   }
   /* The ring itself. */
   off = 4096;
