@@ -300,8 +300,9 @@ static uint64_t bsr_stored(const uint8_t *row, uint32_t t0, uint32_t t1) {
 }
 
 static uint32_t bsr_check_bits(const tsr_desc_t *d, const uint8_t *bm) {
-  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k);
-  const uint32_t rb = tsr_bsr_row_bytes(d->k);
+  const uint32_t bk = tsr_desc_bsr_bk(d);
+  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k, bk);
+  const uint32_t rb = tsr_bsr_row_bytes(d->k, bk);
   const unsigned last_mask = nkt % 8 ? (1u << (nkt % 8)) - 1 : 0xFFu;
   uint64_t total = 0;
   for (uint32_t r = 0; r < ntr; r++) {
@@ -322,9 +323,9 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
                        bool walk, tsr_km_estimate_t *acc) {
   uint64_t rows, cols, bus, kchunk;
   geometry(t, &rows, &cols, &bus, &kchunk);
-  const uint64_t BN = TSR_HW_BSR_BN, BK = TSR_HW_BSR_BK;
-  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k);
-  const uint32_t rb = tsr_bsr_row_bytes(d->k);
+  const uint64_t BN = TSR_HW_BSR_BN, BK = tsr_desc_bsr_bk(d), TB = tsr_bsr_tile_bytes(tsr_desc_bsr_bk(d));
+  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k, (uint32_t)BK);
+  const uint32_t rb = tsr_bsr_row_bytes(d->k, (uint32_t)BK);
   km_sim_t s;
   km_sim_init(&s, t, bus);
   /* the count */
@@ -429,7 +430,7 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
             const uint64_t kl = k - x * BK < BK ? k - x * BK : BK;
             if (load_w) { /* the n block's rows of the tile, one segment */
               const uint64_t len = (BN - jr < nbr ? BN - jr : nbr) * BK;
-              last_hs = km_segment(&s, 0, tiles + rank * TSR_BSR_TILE_BYTES + jr * BK, len, cc);
+              last_hs = km_segment(&s, 0, tiles + rank * TB + jr * BK, len, cc);
               cc = last_hs + 1;
               segs = true;
               acc->bytes_rd += len;
@@ -538,9 +539,9 @@ uint64_t tsr_km_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, ui
  * relative to the window so that nothing wraps at the top of the address
  * space. */
 static uint32_t check_bsr(const tsr_desc_t *d, uint64_t wb, uint64_t ws) {
-  if (d->w_nch != TSR_BSR_BLOCK_WORD) return TSR_HWERR_BAD_BLOCK;
+  if (!tsr_bsr_block_ok(d->w_nch)) return TSR_HWERR_BAD_BLOCK;
   if (d->lda < d->k || (uint64_t)d->ldc < 4ull * d->n || d->ldc % 4 || d->c_addr % 4 ||
-      d->ldw < tsr_bsr_row_bytes(d->k))
+      d->ldw < tsr_bsr_row_bytes(d->k, tsr_desc_bsr_bk(d)))
     return TSR_HWERR_BAD_STRIDE;
   uint64_t a_len = (uint64_t)(d->m - 1) * d->lda + d->k;
   uint64_t c_len = (uint64_t)(d->m - 1) * d->ldc + 4ull * d->n;
@@ -549,7 +550,7 @@ static uint32_t check_bsr(const tsr_desc_t *d, uint64_t wb, uint64_t ws) {
       !tsr_km_inside(d->c_addr, c_len, wb, ws))
     return TSR_HWERR_ADDR_RANGE;
   uint64_t rel = d->w_addr - wb + span, pad = tsr_bsr_tile_pad(d);
-  uint64_t tiles = (uint64_t)d->w_cstride * TSR_BSR_TILE_BYTES;
+  uint64_t tiles = (uint64_t)d->w_cstride * tsr_bsr_tile_bytes(tsr_desc_bsr_bk(d));
   if (pad > ws - rel || tiles > ws - rel - pad) return TSR_HWERR_ADDR_RANGE;
   return TSR_HWERR_OK;
 }
@@ -597,8 +598,8 @@ uint32_t tsr_km_check_desc(const tsr_desc_t *d, uint64_t window_base, uint64_t w
  * host memory runs out. */
 static uint32_t run_bsr(const tsr_desc_t *d, const tsr_km_memory_t *mem, tsr_threadpool_t *pool,
                         tsr_isa_t isa) {
-  const uint32_t BN = TSR_HW_BSR_BN, BK = TSR_HW_BSR_BK;
-  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k);
+  const uint32_t BN = TSR_HW_BSR_BN, BK = tsr_desc_bsr_bk(d);
+  const uint32_t ntr = tsr_bsr_tile_rows(d->n), nkt = tsr_bsr_k_tiles(d->k, BK);
   const uint8_t *bm = mem->data + (d->w_addr - mem->base);
   const uint8_t *tiles = mem->data + (tsr_desc_bsr_tiles(d) - mem->base);
   const int8_t *a = (const int8_t *)(mem->data + (d->a_addr - mem->base));
@@ -614,7 +615,7 @@ static uint32_t run_bsr(const tsr_desc_t *d, const tsr_km_memory_t *mem, tsr_thr
     for (uint32_t x = 0; x < nkt; x++) {
       if (!tsr_bsr_bit(row, x)) continue;
       const uint32_t kl = d->k - x * BK < BK ? d->k - x * BK : BK;
-      const uint8_t *tile = tiles + idx++ * TSR_BSR_TILE_BYTES;
+      const uint8_t *tile = tiles + idx++ * tsr_bsr_tile_bytes(BK);
       for (uint32_t j = 0; j < nl; j++)
         memcpy(strip + (size_t)j * d->k + (size_t)x * BK, tile + (size_t)j * BK, kl);
       any = true;
@@ -675,7 +676,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
     if (d.opcode == TSR_OP_GEMM_BSR_I8_I32) {
       uint64_t a_len = (uint64_t)(d.m - 1) * d.lda + d.k;
       uint64_t c_len = (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n;
-      uint64_t t_len = (uint64_t)d.w_cstride * TSR_BSR_TILE_BYTES;
+      uint64_t t_len = (uint64_t)d.w_cstride * tsr_bsr_tile_bytes(tsr_desc_bsr_bk(&d));
       add_fetch(t, &e);
       if (!tsr_km_inside(d.w_addr, tsr_bsr_bitmap_span(&d), mem->base, mem->size)) {
         status = TSR_HWERR_AXI_ERROR;

@@ -21,7 +21,7 @@
  *   1.       BAD_OPCODE   opcode unknown or FLAGS != 0
  *            (a NOP with FLAGS 0 completes here)
  *   2.       BAD_DIMS     M, N or K is 0 or above MAX_DIM
- *   2b.      BAD_BLOCK    GEMM_BSR: BSR_BLOCK is not BSR_BN x BSR_BK
+ *   2b.      BAD_BLOCK    GEMM_BSR: BSR_BLOCK is not 16 x 64 or 16 x 128
  *   3.       BAD_STRIDE   LDA < K, LDW < K, LDC < 4*N, LDC % 4, C_ADDR % 4,
  *                         W_NCH not 0, 1 or the kernel's ports, W_CSTRIDE
  *                         != 0 with one channel; GEMM_BSR: LDA < K, LDC

@@ -55,7 +55,8 @@ static inline uint64_t tsr_desc_w_row(const tsr_desc_t *d, uint32_t n) {
 }
 
 /* ---- GEMM_BSR_I8_I32: W block-sparse (hw/README.md "Block-sparse weights").
- * W (N x K) is cut into tiles of BSR_BN rows x BSR_BK bytes; tile row r
+ * W (N x K) is cut into tiles of BN = BSR_BN rows x BK bytes, BK =
+ * BSR_BK_MIN or BSR_BK_MAX as BSR_BLOCK says; tile row r
  * (rows r*BN ..) has a bitmap of ceil(K/BK) bits at W_ADDR + r*BSR_LDB
  * (bit t in byte t/8, LSB first: k tile t is stored). The stored tiles
  * follow the bitmaps from the first 64-byte boundary after
@@ -63,17 +64,26 @@ static inline uint64_t tsr_desc_w_row(const tsr_desc_t *d, uint32_t n) {
  * BN*BK bytes each (row j of a tile at +j*BK; bytes past N or K are 0). In
  * tsr_desc_t the fields ldw, w_nch and w_cstride hold BSR_LDB, BSR_BLOCK and
  * BSR_NNZ. */
-#define TSR_BSR_TILE_BYTES ((uint64_t)TSR_HW_BSR_BN * TSR_HW_BSR_BK)
-#define TSR_BSR_BLOCK_WORD ((uint32_t)TSR_HW_BSR_BN << 16 | (uint32_t)TSR_HW_BSR_BK)
+/* BSR_BLOCK for tiles BK bytes wide; whether a BSR_BLOCK is one the
+ * kernels take (else BAD_BLOCK); the BK of a descriptor that passed. */
+static inline uint32_t tsr_bsr_block_word(uint32_t bk) {
+  return (uint32_t)TSR_HW_BSR_BN << 16 | bk;
+}
+static inline int tsr_bsr_block_ok(uint32_t word) {
+  return word == tsr_bsr_block_word(TSR_HW_BSR_BK_MIN) ||
+         word == tsr_bsr_block_word(TSR_HW_BSR_BK_MAX);
+}
+static inline uint32_t tsr_desc_bsr_bk(const tsr_desc_t *d) { return d->w_nch & 0xFFFFu; }
+static inline uint64_t tsr_bsr_tile_bytes(uint32_t bk) { return (uint64_t)TSR_HW_BSR_BN * bk; }
 
 static inline uint32_t tsr_bsr_tile_rows(uint32_t n) {
   return (n + TSR_HW_BSR_BN - 1) / TSR_HW_BSR_BN;
 }
-static inline uint32_t tsr_bsr_k_tiles(uint32_t k) {
-  return (k + TSR_HW_BSR_BK - 1) / TSR_HW_BSR_BK;
-}
+static inline uint32_t tsr_bsr_k_tiles(uint32_t k, uint32_t bk) { return (k + bk - 1) / bk; }
 /* Bytes of a tile row's bitmap the kernel reads. */
-static inline uint32_t tsr_bsr_row_bytes(uint32_t k) { return (tsr_bsr_k_tiles(k) + 7) / 8; }
+static inline uint32_t tsr_bsr_row_bytes(uint32_t k, uint32_t bk) {
+  return (tsr_bsr_k_tiles(k, bk) + 7) / 8;
+}
 /* Bytes from W_ADDR to the end of the last bitmap row (ceil(N/BN) rows of
  * LDB bytes). */
 static inline uint64_t tsr_bsr_bitmap_span(const tsr_desc_t *d) {

@@ -8,7 +8,7 @@
  * them into the accumulators (compute), and after the last chunk the tile is
  * written back (store). A GEMM_BSR reads and counts its bitmaps first, then
  * runs the same regions over each tile row's stored tiles only (one tile =
- * one chunk of 128 bytes). A refused descriptor writes nothing and stops the
+ * one chunk of BSR_BK bytes). A refused descriptor writes nothing and stops the
  * launch; the ones before it have completed.
  */
 #include "tsr_kernel_hls.h"
@@ -70,16 +70,18 @@ fetch:
  * 0. Tile rows, k tiles, bitmap bytes of a row, the bitmaps' span and the
  * first tile's address. */
 uint32_t bsr_rows(const desc_t &d) { return (d.n + TSR_HW_BSR_BN - 1) / TSR_HW_BSR_BN; }
-uint32_t bsr_ktiles(const desc_t &d) { return (d.k + TSR_HW_BSR_BK - 1) / TSR_HW_BSR_BK; }
+uint32_t bsr_bk(const desc_t &d) { return d.nch & 0xFFFFu; } /* after the BAD_BLOCK check */
+uint32_t bsr_ktiles(const desc_t &d) { return (d.k + bsr_bk(d) - 1) / bsr_bk(d); }
 uint32_t bsr_rb(const desc_t &d) { return (bsr_ktiles(d) + 7) / 8; }
 uint64_t bsr_span(const desc_t &d) { return (uint64_t)bsr_rows(d) * d.ldw; }
 uint64_t bsr_pad(const desc_t &d) { return (0 - (d.w + bsr_span(d))) & 63u; }
 uint64_t bsr_tiles(const desc_t &d) { return d.w + bsr_span(d) + bsr_pad(d); }
-const uint64_t kTileBytes = (uint64_t)TSR_HW_BSR_BN * TSR_HW_BSR_BK;
+uint64_t bsr_tile_bytes(const desc_t &d) { return (uint64_t)TSR_HW_BSR_BN * bsr_bk(d); }
 
 /* Checks 2b-4 for GEMM_BSR, in the model's order. */
 uint32_t check_bsr(const desc_t &d, uint64_t wb, uint64_t ws) {
-  if (d.nch != ((uint32_t)TSR_HW_BSR_BN << 16 | (uint32_t)TSR_HW_BSR_BK))
+  const uint32_t bn = (uint32_t)TSR_HW_BSR_BN << 16;
+  if (d.nch != (bn | (uint32_t)TSR_HW_BSR_BK_MIN) && d.nch != (bn | (uint32_t)TSR_HW_BSR_BK_MAX))
     return TSR_HWERR_BAD_BLOCK;
   if (d.lda < d.k || (uint64_t)d.ldc < 4ull * d.n || d.ldc % 4 || d.c % 4 || d.ldw < bsr_rb(d))
     return TSR_HWERR_BAD_STRIDE;
@@ -87,7 +89,7 @@ uint32_t check_bsr(const desc_t &d, uint64_t wb, uint64_t ws) {
   if (!inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, wb, ws) || !inside(d.w, span, wb, ws) ||
       !inside(d.c, (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n, wb, ws))
     return TSR_HWERR_ADDR_RANGE;
-  uint64_t rel = d.w - wb + span, pad = bsr_pad(d), tiles = (uint64_t)d.cstride * kTileBytes;
+  uint64_t rel = d.w - wb + span, pad = bsr_pad(d), tiles = (uint64_t)d.cstride * bsr_tile_bytes(d);
   if (pad > ws - rel || tiles > ws - rel - pad) return TSR_HWERR_ADDR_RANGE;
   return TSR_HWERR_OK;
 }
@@ -97,7 +99,8 @@ uint32_t check_bsr(const desc_t &d, uint64_t wb, uint64_t ws) {
 uint32_t count_bsr(const uint8_t *gmem, const desc_t &d, uint64_t &elems) {
   const uint32_t ntr = bsr_rows(d), nkt = bsr_ktiles(d), rb = bsr_rb(d);
   const uint32_t last_mask = nkt % 8 ? (1u << (nkt % 8)) - 1 : 0xFFu;
-  const uint32_t last_kl = d.k - (nkt - 1) * TSR_HW_BSR_BK;
+  const uint32_t bk = bsr_bk(d);
+  const uint32_t last_kl = d.k - (nkt - 1) * bk;
   uint64_t total = 0;
   elems = 0;
 count_row:
@@ -119,7 +122,7 @@ count_row:
       for (int bit = 0; bit < 8; bit++) in_row += (v >> bit) & 1;
     }
     total += in_row;
-    elems += (uint64_t)nl * ((in_row - last_set) * TSR_HW_BSR_BK + last_set * last_kl);
+    elems += (uint64_t)nl * ((in_row - last_set) * bk + last_set * last_kl);
   }
   return total == d.cstride ? TSR_HWERR_OK : TSR_HWERR_BAD_COUNT;
 }
@@ -273,7 +276,7 @@ void run_tile(const uint8_t *gmem, const desc_t &d, uint32_t m0, uint64_t tile, 
 #pragma HLS ARRAY_PARTITION variable = a_buf dim = 1 complete
 #pragma HLS ARRAY_PARTITION variable = w_buf dim = 1 complete
   load_rows<TSR_HLS_ROWS>(gmem, d.a + (uint64_t)m0 * d.lda + k0, d.lda, mt, kl, a_buf);
-  load_rows<TSR_HLS_COLS>(gmem, tile, TSR_HW_BSR_BK, nt, kl, w_buf);
+  load_rows<TSR_HLS_COLS>(gmem, tile, bsr_bk(d), nt, kl, w_buf);
   mac_chunk(a_buf, w_buf, kl, acc);
 }
 
@@ -281,7 +284,7 @@ void run_tile(const uint8_t *gmem, const desc_t &d, uint32_t m0, uint64_t tile, 
  * over its tile row's stored tiles only; returns the bytes read. */
 uint64_t run_bsr(uint8_t *gmem, const desc_t &d) {
   static_assert(TSR_HW_BSR_BN == TSR_HLS_COLS, "a tile row is one output tile");
-  static_assert(TSR_HW_BSR_BK <= TSR_HLS_KC, "a tile fits the chunk buffers");
+  static_assert(TSR_HW_BSR_BK_MAX <= TSR_HLS_KC, "a tile fits the chunk buffers");
   const uint32_t ntr = bsr_rows(d), nkt = bsr_ktiles(d), rb = bsr_rb(d);
   const uint64_t tiles = bsr_tiles(d);
   uint64_t rd = 0;
@@ -302,10 +305,10 @@ bsr_m:
     bsr_tile:
       for (uint32_t x = 0; x < nkt; x++) {
         if (!((gmem[row + x / 8] >> (x % 8)) & 1)) continue;
-        uint32_t k0 = x * TSR_HW_BSR_BK;
-        const uint32_t bk = TSR_HW_BSR_BK;
+        const uint32_t bk = bsr_bk(d);
+        uint32_t k0 = x * bk;
         uint32_t kl = d.k - k0 < bk ? d.k - k0 : bk;
-        run_tile(gmem, d, m0, tiles + idx * kTileBytes, k0, mt, nt, kl, acc);
+        run_tile(gmem, d, m0, tiles + idx * bsr_tile_bytes(d), k0, mt, nt, kl, acc);
         rd += (uint64_t)(mt + nt) * kl;
         idx++;
       }
@@ -368,7 +371,7 @@ extern "C" void tsr_kernel(uint64_t mem_base, uint64_t mem_size, uint64_t ring, 
           rd += (uint64_t)bsr_rows(d) * bsr_rb(d);
           if (st != TSR_HWERR_OK) break;
           if (!inside(d.a, (uint64_t)(d.m - 1) * d.lda + d.k, 0, phys) ||
-              !inside(bsr_tiles(d), (uint64_t)d.cstride * kTileBytes, 0, phys) ||
+              !inside(bsr_tiles(d), (uint64_t)d.cstride * bsr_tile_bytes(d), 0, phys) ||
               !inside(d.c, (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n, 0, phys)) {
             st = TSR_HWERR_AXI_ERROR;
             break;

@@ -229,7 +229,7 @@ static tsr_desc_t gemm_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, uin
  * boundary. */
 static tsr_desc_t bsr_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, double density,
                          uint32_t pa, uint32_t pb, uint32_t pc) {
-  const uint32_t BN = 16, BK = 128;
+  const uint32_t BN = 16, BK = 64;
   const uint32_t ntr = (n + BN - 1) / BN, nkt = (k + BK - 1) / BK, rb = (nkt + 7) / 8;
   tsr_desc_t d = {};
   d.opcode = TSR_OP_GEMM_BSR_I8_I32;
@@ -261,7 +261,7 @@ static tsr_desc_t bsr_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, doub
 
 /* W of a GEMM_BSR as a dense n x k matrix, read from mem by this testbench. */
 static std::vector<int8_t> bsr_dense(const std::vector<uint8_t> &mem, const tsr_desc_t &d) {
-  const uint32_t BN = 16, BK = 128;
+  const uint32_t BN = 16, BK = 64;
   const uint32_t ntr = (d.n + BN - 1) / BN, nkt = (d.k + BK - 1) / BK;
   std::vector<int8_t> w((size_t)d.n * d.k, 0);
   uint64_t tiles = (d.w_addr + (uint64_t)ntr * d.ldw + 63) & ~63ull, idx = 0;
@@ -464,8 +464,8 @@ static void cases() {
   }
   /* GEMM_BSR refusals at descriptor 1 of 2, each check and their order. */
   static const mut bmuts[] = {
-      {"BSR: BN 32", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 32u << 16 | 128u; }},
-      {"BSR: BK 64", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 16u << 16 | 64u; }},
+      {"BSR: BN 32", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 32u << 16 | 64u; }},
+      {"BSR: BK 128", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 16u << 16 | 128u; }},
       {"BSR: bitmap stride short", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.ldw = 0; }},
       {"BSR: LDC < 4N", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.ldc = 4 * d.n - 4; }},
       {"BSR: bitmaps outside window", TSR_HWERR_ADDR_RANGE,
@@ -494,7 +494,7 @@ static void cases() {
     fill_random(0, WIN);
     off = 4096;
     tsr_desc_t d = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
-    g_img[d.w_addr] |= 1u << 3; /* k tile 3 of 3: past K */
+    g_img[d.w_addr] |= 1u << 5; /* k tile 5 of 5: past K */
     d.w_cstride++;
     put(0, d);
     run_case("refuse: BSR: a bit past K", cmd_of(0, WIN, 0, 1), TSR_HWERR_BAD_COUNT);

@@ -110,8 +110,10 @@ static ulong tsr_w_len(__global const uchar *d) {
 static uint tsr_bsr_rows(__global const uchar *d) {
   return (tsr_le32(d + TSR_DESC_N) + TSR_HW_BSR_BN - 1) / TSR_HW_BSR_BN;
 }
+/* BK (bits 15:0 of BSR_BLOCK; one of the two the checks accept). */
+static uint tsr_bsr_bk(__global const uchar *d) { return tsr_le32(d + TSR_DESC_BSR_BLOCK) & 0xFFFFu; }
 static uint tsr_bsr_ktiles(__global const uchar *d) {
-  return (tsr_le32(d + TSR_DESC_K) + TSR_HW_BSR_BK - 1) / TSR_HW_BSR_BK;
+  return (tsr_le32(d + TSR_DESC_K) + tsr_bsr_bk(d) - 1) / tsr_bsr_bk(d);
 }
 static ulong tsr_bsr_span(__global const uchar *d) {
   return (ulong)tsr_bsr_rows(d) * tsr_le32(d + TSR_DESC_BSR_LDB);
@@ -127,7 +129,8 @@ static ulong tsr_bsr_tiles(__global const uchar *d) {
 static uint tsr_check_bsr(__global const uchar *d, ulong wb, ulong ws) {
   ulong m = tsr_le32(d + TSR_DESC_M), n = tsr_le32(d + TSR_DESC_N);
   ulong k = tsr_le32(d + TSR_DESC_K);
-  if (tsr_le32(d + TSR_DESC_BSR_BLOCK) != (TSR_HW_BSR_BN << 16 | TSR_HW_BSR_BK))
+  uint blk = tsr_le32(d + TSR_DESC_BSR_BLOCK);
+  if (blk != (TSR_HW_BSR_BN << 16 | TSR_HW_BSR_BK_MIN) && blk != (TSR_HW_BSR_BN << 16 | TSR_HW_BSR_BK_MAX))
     return TSR_HWERR_BAD_BLOCK;
   ulong lda = tsr_le32(d + TSR_DESC_LDA), ldc = tsr_le32(d + TSR_DESC_LDC);
   ulong c = tsr_le64(d + TSR_DESC_C_ADDR);
@@ -140,7 +143,7 @@ static uint tsr_check_bsr(__global const uchar *d, ulong wb, ulong ws) {
       !tsr_inside(c, (m - 1) * ldc + 4 * n, wb, ws))
     return TSR_HWERR_ADDR_RANGE;
   ulong rel = w - wb + span, pad = tsr_bsr_pad(d);
-  ulong tiles = (ulong)tsr_le32(d + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * TSR_HW_BSR_BK;
+  ulong tiles = (ulong)tsr_le32(d + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * tsr_bsr_bk(d);
   if (pad > ws - rel || tiles > ws - rel - pad) return TSR_HWERR_ADDR_RANGE;
   return TSR_HWERR_OK;
 }
@@ -153,7 +156,8 @@ static uint tsr_bsr_count(__global const uchar *d, __global const uchar *bm, ulo
   uint n = tsr_le32(d + TSR_DESC_N), k = tsr_le32(d + TSR_DESC_K);
   ulong ldb = tsr_le32(d + TSR_DESC_BSR_LDB);
   uint last_mask = nkt % 8 ? (1u << (nkt % 8)) - 1 : 0xFFu;
-  uint last_kl = k - (nkt - 1) * TSR_HW_BSR_BK; /* k bytes of the last k tile */
+  uint bk = tsr_bsr_bk(d);
+  uint last_kl = k - (nkt - 1) * bk; /* k bytes of the last k tile */
   ulong total = 0, el = 0;
   for (uint r = 0; r < ntr; r++) {
     __global const uchar *row = bm + (ulong)r * ldb;
@@ -170,7 +174,7 @@ static uint tsr_bsr_count(__global const uchar *d, __global const uchar *bm, ulo
     }
     total += in_row;
     uint last_set = (row[(nkt - 1) / 8] >> ((nkt - 1) % 8)) & 1;
-    el += (ulong)nl * ((in_row - last_set) * TSR_HW_BSR_BK + last_set * last_kl);
+    el += (ulong)nl * ((in_row - last_set) * bk + last_set * last_kl);
   }
   *elems = el;
   return total == tsr_le32(d + TSR_DESC_BSR_NNZ) ? TSR_HWERR_OK : TSR_HWERR_BAD_COUNT;
@@ -262,7 +266,7 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
       tsr_stop(regs, cs, index);
       return;
     }
-    ulong t_len = (ulong)tsr_le32(plan + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * TSR_HW_BSR_BK;
+    ulong t_len = (ulong)tsr_le32(plan + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * tsr_bsr_bk(plan);
     if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
         !tsr_inside(tsr_bsr_tiles(plan), t_len, origin, phys) ||
         !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
@@ -309,7 +313,7 @@ static void tsr_gemm_bsr(__global uchar *mem, __global uint *regs) {
   uint K = tsr_le32(d + TSR_DESC_K);
   ulong lda = tsr_le32(d + TSR_DESC_LDA), ldc = tsr_le32(d + TSR_DESC_LDC);
   ulong ldb = tsr_le32(d + TSR_DESC_BSR_LDB);
-  uint nkt = tsr_bsr_ktiles(d), rb = (nkt + 7) / 8;
+  uint nkt = tsr_bsr_ktiles(d), rb = (nkt + 7) / 8, bk = tsr_bsr_bk(d);
   __global const char *A = (__global const char *)(mem + (tsr_le64(d + TSR_DESC_A_ADDR) - origin));
   __global const uchar *BM = mem + (tsr_le64(d + TSR_DESC_W_ADDR) - origin);
   __global const char *T = (__global const char *)(mem + (tsr_bsr_tiles(d) - origin));
@@ -330,13 +334,13 @@ static void tsr_gemm_bsr(__global uchar *mem, __global uint *regs) {
       for (int j = 0; j < TSR_RN; j++) acc[i][j] = 0;
     for (uint x = 0; x < nkt; x++) {
       if (!((row[x / 8] >> (x % 8)) & 1)) continue;
-      uint k0 = x * TSR_HW_BSR_BK, kl = min((uint)TSR_HW_BSR_BK, K - k0);
-      __global const char *tile = T + idx * (TSR_HW_BSR_BN * TSR_HW_BSR_BK);
+      uint k0 = x * bk, kl = min(bk, K - k0);
+      __global const char *tile = T + idx * (TSR_HW_BSR_BN * bk);
       idx++;
       for (int i = 0; i < TSR_RM; i++) {
         __global const char *ar = A + (ulong)min(m0 + i, M - 1) * lda + k0;
         for (int j = 0; j < TSR_RN; j++) {
-          __global const char *wr = tile + (jr + j) * TSR_HW_BSR_BK;
+          __global const char *wr = tile + (jr + j) * bk;
           int16 v = (int16)(0);
           uint kk = 0;
           for (; kk + 16 <= kl; kk += 16)

@@ -95,6 +95,7 @@ tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, cons
   d->done_hal_s = d->hal_s;
   d->cycles += res->cycles;
   d->tiles += res->desc_done;
+  d->bytes_rd += res->bytes_rd;
   return TSR_OK;
 }
 

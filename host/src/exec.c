@@ -102,6 +102,7 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL) continue;
+    double density = -1; /* of its BSR tiles, measured on first use */
     for (int e = 0; e < o->n_devs; e++) {
       if (!tsr_exec_dev_live(o, e)) continue;
       bool want = false;
@@ -113,21 +114,35 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
       const size_t wi = weight_index(o, n, e);
       if (!want || o->weight_on[wi]) continue;
       tsr_exec_dev_t *d = &o->devs[e];
-      /* striped over the device's read ports when it has several (tiles.c) */
+      /* block-sparse when its tiles are mostly zero and the device has
+       * GEMM_BSR; else striped over the device's read ports when it has
+       * several (tiles.c) */
       const uint32_t p = tsr_tile_w_channels(&d->cd->caps);
-      const uint64_t bytes = tsr_tile_w_bytes(n->n, n->k, p);
-      int8_t *striped = p > 1 ? malloc(bytes) : NULL;
+      uint64_t bytes = tsr_tile_w_bytes(n->n, n->k, p);
+      tsr_status_t s = TSR_OK;
+      uint8_t *packed = NULL;
+      if (d->cd->caps.ops >> TSR_OP_GEMM_BSR_I8_I32 & 1) {
+        const uint32_t bk = tsr_tile_bsr_bk(n->k);
+        if (density < 0) density = tsr_tile_bsr_density(n->w->q.data, n->n, n->k, bk);
+        if (tsr_tile_bsr_wanted(&d->cd->caps, density)) {
+          s = tsr_tile_bsr_pack(n->w->q.data, n->n, n->k, bk, &o->weight_bsr[wi], &packed);
+          if (!s) bytes = o->weight_bsr[wi].bytes;
+        }
+      }
+      int8_t *striped = !packed && p > 1 ? malloc(bytes) : NULL;
       if (striped) tsr_tile_w_stripe(striped, n->w->q.data, n->n, n->k, p);
+      const void *src = packed ? (const void *)packed
+                               : striped ? (const void *)striped : (const void *)n->w->q.data;
       pthread_mutex_lock(&d->cd->lock);
-      tsr_status_t s = p > 1 && !striped
-                           ? TSR_ERR(RESOURCE_EXHAUSTED, "striping %" PRIu64 " bytes", bytes)
-                           : tsr_dio_alloc(d, bytes, &o->weights[wi]);
-      if (!s)
-        s = tsr_dio_write(o, d, &o->weights[wi], 0, striped ? striped : n->w->q.data, bytes,
-                          false);
+      if (!s && !packed && p > 1 && !striped)
+        s = TSR_ERR(RESOURCE_EXHAUSTED, "striping %" PRIu64 " bytes", bytes);
+      if (!s) s = tsr_dio_alloc(d, bytes, &o->weights[wi]);
+      if (!s) s = tsr_dio_write(o, d, &o->weights[wi], 0, src, bytes, false);
       if (s) tsr_dio_free(d, &o->weights[wi]);
       pthread_mutex_unlock(&d->cd->lock);
       free(striped);
+      free(packed);
+      if (s) tsr_tile_bsr_free(&o->weight_bsr[wi]);
       if (s) {
         if (!o->ctx->opts.fallback)
           return tsr_status_annotate(s, "uploading %s of layer %d to %s",
@@ -139,6 +154,11 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
       }
       o->weight_on[wi] = true;
       o->weight_bytes += bytes;
+      if (o->weight_bsr[wi].chunks) {
+        d->bsr_mats++;
+        d->bsr_stored += o->weight_bsr[wi].stored;
+        d->bsr_total += o->weight_bsr[wi].total;
+      }
     }
   }
   return TSR_OK;
@@ -154,6 +174,12 @@ static void release_weights(tsr_exec_t *o, int e) {
     o->weight_bytes -= o->weights[i].size;
     tsr_dio_free(d, &o->weights[i]);
     o->weight_on[i] = false;
+    if (o->weight_bsr[i].chunks) {
+      d->bsr_mats--;
+      d->bsr_stored -= o->weight_bsr[i].stored;
+      d->bsr_total -= o->weight_bsr[i].total;
+    }
+    tsr_tile_bsr_free(&o->weight_bsr[i]);
   }
   pthread_mutex_unlock(&d->cd->lock);
 }
@@ -313,7 +339,8 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     const size_t n_w = weight_count(o);
     o->weights = calloc(n_w ? n_w : 1, sizeof(tsr_hal_buffer_t));
     o->weight_on = calloc(n_w ? n_w : 1, sizeof(bool));
-    if (!o->weights || !o->weight_on)
+    o->weight_bsr = calloc(n_w ? n_w : 1, sizeof(tsr_tile_bsr_t));
+    if (!o->weights || !o->weight_on || !o->weight_bsr)
       s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: weights of %d devices", o->n_devs);
   }
   if (!s) {
@@ -408,6 +435,9 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   free(o->devs);
   free(o->weights);
   free(o->weight_on);
+  for (size_t i = 0; o->devs && o->weight_bsr && i < weight_count(o); i++)
+    tsr_tile_bsr_free(&o->weight_bsr[i]);
+  free(o->weight_bsr);
   tsr_graph_free(&o->graph);
   free(o->x);
   free(o->xb);
@@ -604,6 +634,7 @@ typedef struct {
   tsr_status_t pending;
   bool locked;
   double host0, waited0;
+  uint32_t bsr_nd; /* of its descriptors, GEMM_BSR ones */
 } mm_share_t;
 
 /* Packs the share's ring into d->ring_host and fills its launch. */
@@ -613,9 +644,12 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
   const int32_t mc = tsr_tile_m_chunk(&d->cd->caps);
   uint32_t nd = 0;
   uint64_t c_off = 0;
+  sh->bsr_nd = 0;
   for (int j = 0; j < gr->count; j++) {
     const tsr_node_t *n = gr->m[j];
-    const tsr_hal_buffer_t *w = &o->weights[weight_index(o, n, (int)(d - o->devs))];
+    const size_t wi = weight_index(o, n, (int)(d - o->devs));
+    const tsr_hal_buffer_t *w = &o->weights[wi];
+    const tsr_tile_bsr_t *bsr = &o->weight_bsr[wi];
     for (int32_t n0 = 0; n0 < n->n; n0 += TSR_TILE_N_CHUNK) {
       const int32_t nn = n->n - n0 < TSR_TILE_N_CHUNK ? n->n - n0 : TSR_TILE_N_CHUNK;
       for (int32_t m0 = 0; m0 < sh->rows; m0 += mc) {
@@ -626,7 +660,12 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
             .ldc = (uint32_t)n->n * 4,
             .a_addr = d->a.addr + (uint64_t)m0 * (uint64_t)gr->k,
             .c_addr = d->c.addr + c_off + ((uint64_t)m0 * (uint64_t)n->n + (uint64_t)n0) * 4};
-        tsr_tile_w_desc(&desc, w->addr, n->n, n0, n->k, tsr_tile_w_channels(&d->cd->caps));
+        if (bsr->chunks) {
+          tsr_tile_bsr_desc(&desc, w->addr, bsr, n0);
+          sh->bsr_nd++;
+        } else {
+          tsr_tile_w_desc(&desc, w->addr, n->n, n0, n->k, tsr_tile_w_channels(&d->cd->caps));
+        }
         tsr_desc_pack(d->ring_host + (size_t)nd * TSR_HW_DESC_BYTES, &desc);
         nd++;
       }
@@ -656,6 +695,7 @@ static void mm_account(tsr_exec_t *o, mm_share_t *sh, const tsr_offload_scratch_
   const uint64_t cycles = sh->lc.l.res.cycles;
   uint64_t c_off = 0;
   d->rows += (uint64_t)sh->rows;
+  d->bsr_descs += sh->bsr_nd;
   for (int j = 0; j < gr->count; j++) {
     const tsr_node_t *n = gr->m[j];
     tsr_dequantize(gr->out[j] + (size_t)sh->r0 * n->n, (size_t)n->n, c + c_off, (size_t)n->n,

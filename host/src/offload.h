@@ -86,6 +86,10 @@ typedef struct tsr_exec_dev {
   double hal_s;              /* of which inside the backend's write/read/submit */
   uint64_t tiles;            /* descriptors run */
   uint64_t rows;             /* matmul rows it computed */
+  uint64_t bytes_rd;         /* device memory bytes its launches read (BYTES_RD) */
+  uint64_t bsr_descs;        /* GEMM_BSR descriptors its matmul launches ran */
+  uint32_t bsr_mats;         /* weight matrices resident block-sparse */
+  uint64_t bsr_stored, bsr_total; /* their tiles: stored, all */
   double submit_us;          /* trace: when the launch in flight was queued */
   /* launches queued ahead (ap_ctrl_chain): host time between a launch's
    * completion and the next submit, less the backend's calls, hides up to
@@ -161,6 +165,8 @@ struct tsr_engine {
   int n_devs;
   tsr_hal_buffer_t *weights; /* (n_layers + 1) * TSR_MM_COUNT * n_devs, resident copies */
   bool *weight_on;           /* same index: uploaded */
+  tsr_tile_bsr_t *weight_bsr; /* same index: the block-sparse layout of a copy
+                                 stored for GEMM_BSR (chunks 0: dense) */
   uint64_t weight_bytes;
   int32_t k_max, group_n_max; /* staging sizes */
   tsr_role_stats_t roles[TSR_MM_COUNT];

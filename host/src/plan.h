@@ -89,4 +89,42 @@ void tsr_tile_w_stripe(int8_t *dst, const int8_t *src, int32_t n, int32_t k, uin
 void tsr_tile_w_desc(tsr_desc_t *d, uint64_t base, int32_t n, int32_t n0, int32_t k,
                      uint32_t p);
 
+/* Weights stored block-sparse for GEMM_BSR_I8_I32 (hw/README.md "Block-
+ * sparse weights"): a matrix whose BSR_BN x BSR_BK tiles are at most
+ * TSR_TILE_BSR_MAX_DENSITY non-zero goes to a device that has the opcode
+ * (caps.ops) and one read port in the compressed form; its matmuls issue
+ * GEMM_BSR descriptors. The executor cuts N in chunks of TSR_TILE_N_CHUNK
+ * rows (a multiple of BSR_BN), so every chunk is laid out as the kernel
+ * reads one descriptor's W: from a 64-byte-aligned offset its bitmaps
+ * (ceil(rows/BN) rows of `ldb` bytes), then from the next 64-byte boundary
+ * its stored tiles. */
+#define TSR_TILE_BSR_MAX_DENSITY 0.8
+typedef struct tsr_tile_bsr {
+  int32_t chunks;          /* chunks of N; 0 = stored dense               */
+  uint32_t bk;             /* tile width, BSR_BK_MIN or BSR_BK_MAX        */
+  uint32_t ldb;            /* bytes of a bitmap row                       */
+  uint64_t *off;           /* (chunks) byte offset of a chunk's bitmaps   */
+  uint32_t *nnz;           /* (chunks) tiles a chunk stores               */
+  uint64_t stored, total;  /* tiles stored, tiles of the matrix           */
+  uint64_t bytes;          /* device bytes of the compressed form         */
+} tsr_tile_bsr_t;
+/* The tile width for K: BSR_BK_MAX unless its last tile pads K more than
+ * BSR_BK_MIN's would (K = 64 or 172: 64; 256 or 4096: 128). */
+uint32_t tsr_tile_bsr_bk(int32_t k);
+/* Fraction of the BN x bk tiles of w (n x k, row-major; edge tiles count
+ * whole) holding a non-zero. */
+double tsr_tile_bsr_density(const int8_t *w, int32_t n, int32_t k, uint32_t bk);
+/* Whether a matrix of that tile density goes block-sparse to a device with
+ * these caps. */
+bool tsr_tile_bsr_wanted(const tsr_hal_caps_t *c, double density);
+/* Builds the compressed form of w: *out (malloc'd, out->bytes, the caller
+ * frees it) laid out as above, the layout in *b (tsr_tile_bsr_free). */
+tsr_status_t tsr_tile_bsr_pack(const int8_t *w, int32_t n, int32_t k, uint32_t bk,
+                               tsr_tile_bsr_t *b, uint8_t **out);
+void tsr_tile_bsr_free(tsr_tile_bsr_t *b);
+/* The W fields and the opcode of a GEMM_BSR descriptor for the chunk of
+ * rows [n0, ...) (n0 a multiple of TSR_TILE_N_CHUNK) of a matrix stored
+ * at device address `base`. */
+void tsr_tile_bsr_desc(tsr_desc_t *d, uint64_t base, const tsr_tile_bsr_t *b, int32_t n0);
+
 #endif

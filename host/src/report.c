@@ -317,6 +317,14 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             d->host_overhead_s * 1e3, d->host_overhead_s * per,
             (d->host_overhead_s - d->hal_s) * per, d->hal_s * per, d->rows,
             d->launches ? (double)d->rows / (double)d->launches : 0.0);
+    fprintf(f, "  device memory read by its launches: %" PRIu64 " bytes (BYTES_RD)\n",
+            d->bytes_rd);
+    if (d->bsr_mats)
+      fprintf(f, "  block-sparse weights: %u matrices stored for GEMM_BSR (%" PRIu64 " of %" PRIu64
+                 " tiles of %d rows, %.1f %%), %" PRIu64 " GEMM_BSR descriptors run\n",
+              d->bsr_mats, d->bsr_stored, d->bsr_total, TSR_HW_BSR_BN,
+              d->bsr_total ? 100.0 * (double)d->bsr_stored / (double)d->bsr_total : 0.0,
+              d->bsr_descs);
     if (d->cd->hal->vt->print_stats) d->cd->hal->vt->print_stats(d->cd->hal, f);
   }
   tsr_session_stats_t t;

@@ -60,9 +60,9 @@ localparam int TSR_DESC_W_NCH = 56;  // byte offset, 32 bits: memory channels W 
 localparam int TSR_DESC_W_NCH_BITS = 32;
 localparam int TSR_DESC_W_CSTRIDE = 60;  // byte offset, 32 bits: bytes from the rows of one channel to those of the next; 0 unless W_NCH > 1
 localparam int TSR_DESC_W_CSTRIDE_BITS = 32;
-localparam int TSR_DESC_BSR_LDB = 24;  // byte offset, 32 bits: GEMM_BSR: bytes between the bitmaps of two tile rows, >= ceil(ceil(K/BSR_BK)/8) (bit t of a row, byte t/8 LSB first = k tile t is stored)
+localparam int TSR_DESC_BSR_LDB = 24;  // byte offset, 32 bits: GEMM_BSR: bytes between the bitmaps of two tile rows, >= ceil(ceil(K/BK)/8) (bit t of a row, byte t/8 LSB first = k tile t is stored)
 localparam int TSR_DESC_BSR_LDB_BITS = 32;
-localparam int TSR_DESC_BSR_BLOCK = 56;  // byte offset, 32 bits: GEMM_BSR: tile shape, BN (bits 31:16) x BK (bits 15:0); must be BSR_BN x BSR_BK
+localparam int TSR_DESC_BSR_BLOCK = 56;  // byte offset, 32 bits: GEMM_BSR: tile shape, BN (bits 31:16) x BK (bits 15:0); BN must be BSR_BN, BK BSR_BK_MIN or BSR_BK_MAX
 localparam int TSR_DESC_BSR_BLOCK_BITS = 32;
 localparam int TSR_DESC_BSR_NNZ = 60;  // byte offset, 32 bits: GEMM_BSR: tiles stored (BN*BK bytes each, tile rows in order, k order inside a row); must equal the bitmap's popcount
 localparam int TSR_DESC_BSR_NNZ_BITS = 32;
@@ -71,7 +71,8 @@ localparam int TSR_HW_MAX_DIM = 65535;  // largest M, N or K
 localparam int TSR_HW_IF_VERSION = 2;  // interface version reported in HW_INFO (2: W_NCH/W_CSTRIDE, read ports in HW_INFO)
 localparam int TSR_HW_CTRL_BYTES = 128;  // size of the AXI4-Lite register window
 localparam int TSR_HW_BSR_BN = 16;  // GEMM_BSR: rows of W (output columns) per tile
-localparam int TSR_HW_BSR_BK = 128;  // GEMM_BSR: k bytes per tile (two bus words: a W row segment streams at the bus width)
+localparam int TSR_HW_BSR_BK_MIN = 64;  // GEMM_BSR: the smaller BK, k bytes per tile (one bus word per W row)
+localparam int TSR_HW_BSR_BK_MAX = 128;  // GEMM_BSR: the larger BK (two bus words per W row)
 localparam logic [31:0] TSR_OP_NOP = 32'd0;  // does nothing, counts as done
 localparam logic [31:0] TSR_OP_GEMM_I8_I32 = 32'd1;  // C[m][n] = sum_k A[m][k] * W[n][k]; int8 x int8 -> int32
 localparam logic [31:0] TSR_OP_GEMM_BSR_I8_I32 = 32'd2;  // the same product with W block-sparse: a bitmap of stored BN x BK tiles per tile row, absent tiles are zeros
@@ -82,6 +83,6 @@ localparam logic [31:0] TSR_HWERR_BAD_STRIDE = 32'd3;  // LDA < K, LDW < K, LDC 
 localparam logic [31:0] TSR_HWERR_ADDR_RANGE = 32'd4;  // an operand reaches outside [MEM_BASE, MEM_BASE+MEM_SIZE)
 localparam logic [31:0] TSR_HWERR_RING_RANGE = 32'd5;  // the ring (RING + N_DESC*64) reaches outside the window, or RING is not 64-byte aligned
 localparam logic [31:0] TSR_HWERR_AXI_ERROR = 32'd6;  // the memory returned SLVERR/DECERR
-localparam logic [31:0] TSR_HWERR_BAD_BLOCK = 32'd7;  // GEMM_BSR: BSR_BLOCK is not BSR_BN x BSR_BK
+localparam logic [31:0] TSR_HWERR_BAD_BLOCK = 32'd7;  // GEMM_BSR: BSR_BLOCK is not BSR_BN x BSR_BK_MIN or BSR_BN x BSR_BK_MAX
 localparam logic [31:0] TSR_HWERR_BAD_COUNT = 32'd8;  // GEMM_BSR: the bitmap's popcount differs from BSR_NNZ, or a bit past a row's last k tile is set
 /* verilator lint_on UNUSEDPARAM */

@@ -248,8 +248,17 @@ int main(int argc, char **argv) {
         launches[n_launch++] = a;
         continue;
       }
-      /* a preset may hold several launches separated by ';' */
-      char *copy = strdup(p), *save = NULL;
+      /* a preset may hold several launches separated by ';' (split in a
+       * copy kept in `presets` for the whole run) */
+      static char presets[8192];
+      static size_t used;
+      size_t len = strlen(p) + 1;
+      if (len > sizeof presets - used) {
+        fprintf(stderr, "too many presets on the command line\n");
+        return 2;
+      }
+      char *copy = memcpy(presets + used, p, len), *save = NULL;
+      used += len;
       for (char *tok = strtok_r(copy, ";", &save); tok && n_launch < 256;
            tok = strtok_r(NULL, ";", &save))
         launches[n_launch++] = tok;

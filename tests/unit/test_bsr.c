@@ -33,7 +33,7 @@
 #define BUF_BYTES (8u << 20)
 #define FOREVER UINT64_MAX
 #define BN 16u
-#define BK 128u
+#define BK 64u
 
 static uint64_t g_rng = 0xb5e0001ull;
 static uint32_t rnd(uint32_t n) { return (uint32_t)(tsr_test_splitmix64(&g_rng) % n); }
@@ -331,7 +331,7 @@ static void test_shapes_and_densities(void) {
 typedef void (*breaker_t)(tsr_desc_t *d, uint8_t *img, uint64_t base, const bsr_case_t *c);
 
 static void b_bn(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->w_nch = 32u << 16 | BK; }
-static void b_bk(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->w_nch = BN << 16 | 64u; }
+static void b_bk(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->w_nch = BN << 16 | 128u; }
 static void b_nch(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->w_nch = 1; }
 static void b_ldb(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) {
   d->ldw = ((d->k + BK - 1) / BK + 7) / 8 - 1;
@@ -349,8 +349,8 @@ static void b_tiles_out(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t 
 static void b_count_up(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->w_cstride++; }
 static void b_count_down(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->w_cstride--; }
 static void b_stray_bit(tsr_desc_t *d, uint8_t *img, uint64_t b, const bsr_case_t *c) {
-  /* k = 300: three k tiles, bit 3 of row 0 is past K; the count says 1 more */
-  img[d->w_addr - b] |= 1u << 3;
+  /* k = 300: five k tiles, bit 5 of row 0 is past K; the count says 1 more */
+  img[d->w_addr - b] |= 1u << 5;
   d->w_cstride++;
 }
 static void b_dims_first(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) {
@@ -374,7 +374,7 @@ static void test_refusals(void) {
     uint32_t code;
   } cases[] = {
       {"BN not 16", b_bn, TSR_HWERR_BAD_BLOCK},
-      {"BK not 128", b_bk, TSR_HWERR_BAD_BLOCK},
+      {"BK not 64", b_bk, TSR_HWERR_BAD_BLOCK},
       {"BSR_BLOCK = 1 (a W_NCH)", b_nch, TSR_HWERR_BAD_BLOCK},
       {"bitmap stride short", b_ldb, TSR_HWERR_BAD_STRIDE},
       {"LDA < K", b_lda, TSR_HWERR_BAD_STRIDE},
