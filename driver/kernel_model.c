@@ -283,9 +283,10 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
  * (kernel_model.h). The count reads one segment per bitmap row on port 0
  * and compares two cycles after the last one's data; the walk then plays
  * the steps through the same engines as a dense GEMM. A tile row's bitmap
- * row is read before its first step can issue: the first at the walk's
- * start, each next one as the first segment of the tile row before it, so
- * its latency hides behind that row's loads. */
+ * row is read before its first step can issue: the first right after the
+ * count's reads (before the count's result), each next one as the first
+ * segment of the tile row before it, so its latency hides behind that
+ * row's loads. */
 static uint64_t bsr_popcount8(unsigned v) {
   uint64_t c = 0;
   for (; v; v &= v - 1) c++;
@@ -328,14 +329,17 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
   const uint32_t rb = tsr_bsr_row_bytes(d->k, (uint32_t)BK);
   km_sim_t s;
   km_sim_init(&s, t, bus);
-  /* the count */
+  /* the count, then (before its result) the walk's first bitmap row:
+   * reading bitmaps is all a refused descriptor may do */
   double c = 0;
   for (uint32_t r = 0; r < ntr; r++) c = km_segment(&s, 0, d->w_addr + (uint64_t)r * d->ldw, rb, c) + 1;
   double t0 = s.last_done + 2;
-  acc->bytes_rd += (uint64_t)ntr * rb;
+  km_segment(&s, 0, d->w_addr, rb, c);
+  double bm_ready = km_last_done(&s, 0);
+  acc->bytes_rd += (uint64_t)(ntr + 1) * rb;
   uint32_t status = bsr_check_bits(d, bm);
   if (!walk || status != TSR_HWERR_OK) {
-    acc->cycles += (uint64_t)(t0 + 0.999) + 1;
+    acc->cycles += (uint64_t)((t0 > bm_ready ? t0 : bm_ready) + 0.999) + 1;
     return status;
   }
 
@@ -354,11 +358,6 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
   int sa = 0, sw = 0;
   double prev_f = t0, out_free = 0, wfree = 0, resp = 0, stall = 0;
   bool any = false;
-  /* the first tile row's bitmap row */
-  km_segment(&s, 0, d->w_addr, rb, L + 1);
-  double bm_ready = km_last_done(&s, 0);
-  L += 2;
-  acc->bytes_rd += rb;
   for (uint64_t m0 = 0; m0 < m; m0 += mrows) {
     const uint64_t ml = gemv ? 1 : (m - m0 < rows ? m - m0 : rows);
     bool a_held = false;  /* the m block's A chunk is in its slot (kfits) */

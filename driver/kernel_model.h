@@ -76,8 +76,9 @@
  * and n block (the tile's rows of the n block, BK bytes each, bytes past N
  * or K included). GEMM mode computes one k
  * per cycle over the stored tiles only, GEMV mode rows k's per cycle.
- * Counters: BYTES_RD = 64 + the bitmaps twice (the count, then per m block)
- * + the A and W segments; MACS = M x the stored tiles' elements inside
+ * Counters: BYTES_RD = 64 + the bitmaps twice (the count, then per m block;
+ * the first row's second read is issued with the count, so a refused
+ * descriptor counts it too) + the A and W segments; MACS = M x the stored tiles' elements inside
  * N x K; BYTES_WR = 4*M*N.
  */
 #ifndef TSR_KERNEL_MODEL_H

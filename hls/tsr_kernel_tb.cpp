@@ -227,9 +227,9 @@ static tsr_desc_t gemm_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, uin
  * weights"): round(density * tiles) tiles of random bytes kept at random,
  * the bitmaps `pb` bytes longer than needed, tiles from the next 64-byte
  * boundary. */
-static tsr_desc_t bsr_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, double density,
-                         uint32_t pa, uint32_t pb, uint32_t pc) {
-  const uint32_t BN = 16, BK = 64;
+static tsr_desc_t bsr_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, uint32_t BK,
+                         double density, uint32_t pa, uint32_t pb, uint32_t pc) {
+  const uint32_t BN = 16;
   const uint32_t ntr = (n + BN - 1) / BN, nkt = (k + BK - 1) / BK, rb = (nkt + 7) / 8;
   tsr_desc_t d = {};
   d.opcode = TSR_OP_GEMM_BSR_I8_I32;
@@ -261,7 +261,7 @@ static tsr_desc_t bsr_at(uint64_t *off, uint32_t m, uint32_t n, uint32_t k, doub
 
 /* W of a GEMM_BSR as a dense n x k matrix, read from mem by this testbench. */
 static std::vector<int8_t> bsr_dense(const std::vector<uint8_t> &mem, const tsr_desc_t &d) {
-  const uint32_t BN = 16, BK = 64;
+  const uint32_t BN = 16, BK = d.w_nch & 0xFFFFu;
   const uint32_t ntr = (d.n + BN - 1) / BN, nkt = (d.k + BK - 1) / BK;
   std::vector<int8_t> w((size_t)d.n * d.k, 0);
   uint64_t tiles = (d.w_addr + (uint64_t)ntr * d.ldw + 63) & ~63ull, idx = 0;
@@ -451,28 +451,30 @@ static void cases() {
   static const uint32_t bshapes[][3] = {{1, 1, 1},   {3, 17, 130}, {17, 33, 257}, {5, 40, 1000},
                                         {33, 16, 128}, {1, 70, 700}, {20, 47, 4100}, {2, 5, 9000}};
   static const double dens[] = {0, 0.25, 0.5, 1};
-  for (double de : dens) {
-    fill_random(0, WIN);
-    off = 4096;
-    uint32_t nb = sizeof bshapes / sizeof bshapes[0];
-    for (uint32_t i = 0; i < nb; i++)
-      put(64 * i, bsr_at(&off, bshapes[i][0], bshapes[i][1], bshapes[i][2], de, i % 3, i % 2,
-                         i % 4 == 1));
-    char nm[64];
-    std::snprintf(nm, sizeof nm, "GEMM_BSR odd shapes, density %.2f", de);
-    run_case(nm, cmd_of(0, WIN, 0, nb), 0);
-  }
+  for (uint32_t bk : {64u, 128u})
+    for (double de : dens) {
+      fill_random(0, WIN);
+      off = 4096;
+      uint32_t nb = sizeof bshapes / sizeof bshapes[0];
+      for (uint32_t i = 0; i < nb; i++)
+        put(64 * i, bsr_at(&off, bshapes[i][0], bshapes[i][1], bshapes[i][2], bk, de, i % 3,
+                           i % 2, i % 4 == 1));
+      char nm[64];
+      std::snprintf(nm, sizeof nm, "GEMM_BSR BK %u odd shapes, density %.2f", bk, de);
+      run_case(nm, cmd_of(0, WIN, 0, nb), 0);
+    }
   /* GEMM_BSR refusals at descriptor 1 of 2, each check and their order. */
   static const mut bmuts[] = {
       {"BSR: BN 32", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 32u << 16 | 64u; }},
-      {"BSR: BK 128", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 16u << 16 | 128u; }},
+      {"BSR: BK 32", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 16u << 16 | 32u; }},
+      {"BSR: BK 256", TSR_HWERR_BAD_BLOCK, [](tsr_desc_t &d) { d.w_nch = 16u << 16 | 256u; }},
       {"BSR: bitmap stride short", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.ldw = 0; }},
       {"BSR: LDC < 4N", TSR_HWERR_BAD_STRIDE, [](tsr_desc_t &d) { d.ldc = 4 * d.n - 4; }},
       {"BSR: bitmaps outside window", TSR_HWERR_ADDR_RANGE,
        [](tsr_desc_t &d) { d.w_addr = (2u << 20) - 1; }},
       {"BSR: bitmaps wrap", TSR_HWERR_ADDR_RANGE, [](tsr_desc_t &d) { d.w_addr = UINT64_MAX - 1; }},
       {"BSR: tiles outside window", TSR_HWERR_ADDR_RANGE,
-       [](tsr_desc_t &d) { d.w_cstride = (2u << 20) / 2048; }},
+       [](tsr_desc_t &d) { d.w_cstride = (2u << 20) / 1024; }},
       {"BSR: count one high", TSR_HWERR_BAD_COUNT, [](tsr_desc_t &d) { d.w_cstride++; }},
       {"BSR: count one low", TSR_HWERR_BAD_COUNT, [](tsr_desc_t &d) { d.w_cstride--; }},
       {"BSR: dims before block", TSR_HWERR_BAD_DIMS, [](tsr_desc_t &d) { d.m = 0, d.w_nch = 0; }},
@@ -481,24 +483,26 @@ static void cases() {
       {"BSR: range before count", TSR_HWERR_ADDR_RANGE,
        [](tsr_desc_t &d) { d.c_addr = 2u << 20, d.w_cstride++; }},
   };
-  for (const auto &mu : bmuts) {
-    fill_random(0, WIN);
-    off = 4096;
-    put(0, bsr_at(&off, 7, 40, 300, 0.5, 1, 2, 0));
-    tsr_desc_t d = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
-    mu.f(d);
-    put(64, d);
-    run_case(std::string("refuse: ") + mu.name, cmd_of(0, WIN, 0, 2), (int)mu.want);
-  }
+  for (uint32_t bk : {64u, 128u})
+    for (const auto &mu : bmuts) {
+      fill_random(0, WIN);
+      off = 4096;
+      put(0, bsr_at(&off, 7, 40, 300, bk, 0.5, 1, 2, 0));
+      tsr_desc_t d = bsr_at(&off, 5, 33, 300, bk, 0.5, 0, 0, 1);
+      mu.f(d);
+      put(64, d);
+      run_case(std::string("refuse: ") + mu.name + (bk == 64 ? " (BK 64)" : " (BK 128)"),
+               cmd_of(0, WIN, 0, 2), (int)mu.want);
+    }
   {
     fill_random(0, WIN);
     off = 4096;
-    tsr_desc_t d = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
-    g_img[d.w_addr] |= 1u << 5; /* k tile 5 of 5: past K */
+    tsr_desc_t d = bsr_at(&off, 5, 33, 300, 64, 0.5, 0, 0, 1);
+    g_img[d.w_addr] |= 1u << 5; /* k tile 5 of 5 (64 bytes each): past K */
     d.w_cstride++;
     put(0, d);
     run_case("refuse: BSR: a bit past K", cmd_of(0, WIN, 0, 1), TSR_HWERR_BAD_COUNT);
-    tsr_desc_t far = bsr_at(&off, 5, 33, 300, 0.5, 0, 0, 1);
+    tsr_desc_t far = bsr_at(&off, 5, 33, 300, 128, 0.5, 0, 0, 1);
     far.w_addr = PHYS - 1;
     put(0, far);
     run_case("BSR: bitmaps beyond memory", cmd_of(0, 1ull << 40, 0, 1), TSR_HWERR_AXI_ERROR);
