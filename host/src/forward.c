@@ -367,15 +367,59 @@ static inline __attribute__((always_inline)) void axpy_i8(float *restrict y,
   for (; i < n; i++) y[i] += w * (float)x[i];
 }
 
-/* y[i] += w[p] * V[p][i] for p < n_pos, i < hs, over rows of hs floats (or
- * int8 rows times their scale): the same operations in the same order as
- * axpy per position, with y held in registers 64 values at a time instead
- * of loaded and stored for every position. */
+/* The cache row kinds the vector loops read: fp32, int8 (times a scale per
+ * row) and fp16 (widened with F16C: only in functions built for it). */
 typedef float v8f_t __attribute__((vector_size(32)));
 typedef int8_t v8i8_t __attribute__((vector_size(8)));
+enum { ROW_F32, ROW_I8, ROW_F16, ROW_TYPE = 3, ROW_X86 = 4 /* built for AVX2 and F16C */ };
 
-static inline __attribute__((always_inline)) void weighted_rows(float *restrict y,
-                                                               const float *restrict v,
+#ifdef TSR_FWD_X86
+/* Not always_inline: it inlines only into functions built for F16C. */
+__attribute__((target("avx2,f16c"))) static inline void load8_f16(v8f_t *out,
+                                                                    const uint16_t *p) {
+  __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+  memcpy(out, &x, sizeof *out);
+}
+
+__attribute__((target("avx2,f16c"))) static inline void load8_i8(v8f_t *out, const int8_t *p) {
+  __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+  memcpy(out, &x, sizeof *out);
+}
+#endif
+
+/* Eight values of a cache row as fp32 (the widening is exact); through a
+ * pointer, since a vector return would be an ABI change in the baseline
+ * build. */
+static inline __attribute__((always_inline)) void load8(v8f_t *out, int kind, const void *row,
+                                                       size_t i) {
+#ifdef TSR_FWD_X86
+  if (kind == (ROW_I8 | ROW_X86)) {
+    load8_i8(out, (const int8_t *)row + i);
+    return;
+  }
+#endif
+  if ((kind & ROW_TYPE) == ROW_I8) {
+    v8i8_t x8;
+    memcpy(&x8, (const int8_t *)row + i, sizeof x8);
+    *out = __builtin_convertvector(x8, v8f_t);
+    return;
+  }
+#ifdef TSR_FWD_X86
+  if ((kind & ROW_TYPE) == ROW_F16) { /* only in functions built for F16C */
+    load8_f16(out, (const uint16_t *)row + i);
+    return;
+  }
+#endif
+  memcpy(out, (const float *)row + i, sizeof *out);
+}
+
+/* y[i] += w[p] * V[p][i] for p < n_pos, i < hs, over rows of hs values of
+ * `kind` (int8 rows times their scale): the same operations in the same
+ * order as axpy per position, with y held in registers 64 values at a time
+ * instead of loaded and stored for every position. */
+static inline __attribute__((always_inline)) void weighted_rows(int kind, float *restrict y,
+                                                               const void *restrict v,
+                                                               const float *scale,
                                                                const float *w, int32_t n_pos,
                                                                int32_t hs) {
   int32_t i0 = 0;
@@ -383,43 +427,32 @@ static inline __attribute__((always_inline)) void weighted_rows(float *restrict 
     v8f_t acc[8];
     memcpy(acc, y + i0, sizeof acc);
     for (int32_t p = 0; p < n_pos; p++) {
-      const float *row = v + (size_t)p * (size_t)hs + i0;
-      const v8f_t wv = {w[p], w[p], w[p], w[p], w[p], w[p], w[p], w[p]};
+      const size_t at = (size_t)p * (size_t)hs + (size_t)i0;
+      const float wp = (kind & ROW_TYPE) == ROW_I8 ? w[p] * scale[p] : w[p];
+      const v8f_t wv = {wp, wp, wp, wp, wp, wp, wp, wp};
+#pragma GCC unroll 8
       for (int c = 0; c < 8; c++) {
         v8f_t x;
-        memcpy(&x, row + 8 * c, sizeof x);
+        load8(&x, kind, v, at + 8 * (size_t)c);
         acc[c] += wv * x;
       }
     }
     memcpy(y + i0, acc, sizeof acc);
   }
-  for (int32_t p = 0; i0 < hs && p < n_pos; p++)
-    axpy(y + i0, v + (size_t)p * (size_t)hs + i0, w[p], hs - i0);
-}
-
-static inline __attribute__((always_inline)) void weighted_rows_i8(float *restrict y,
-                                                                  const int8_t *restrict v,
-                                                                  const float *scale,
-                                                                  const float *w, int32_t n_pos,
-                                                                  int32_t hs) {
-  int32_t i0 = 0;
-  for (; i0 + 64 <= hs; i0 += 64) {
-    v8f_t acc[8];
-    memcpy(acc, y + i0, sizeof acc);
+  if (i0 < hs) { /* hs % 64 lanes: 8 at a time, hs % 8 == 0 */
     for (int32_t p = 0; p < n_pos; p++) {
-      const int8_t *row = v + (size_t)p * (size_t)hs + i0;
-      const float wp = w[p] * scale[p];
+      const float wp = (kind & ROW_TYPE) == ROW_I8 ? w[p] * scale[p] : w[p];
       const v8f_t wv = {wp, wp, wp, wp, wp, wp, wp, wp};
-      for (int c = 0; c < 8; c++) {
-        v8i8_t x8;
-        memcpy(&x8, row + 8 * c, sizeof x8);
-        acc[c] += wv * __builtin_convertvector(x8, v8f_t);
+      for (int32_t i = i0; i < hs; i += 8) {
+        v8f_t acc;
+        memcpy(&acc, y + i, sizeof acc);
+        v8f_t x;
+        load8(&x, kind, v, (size_t)p * (size_t)hs + (size_t)i);
+        acc += wv * x;
+        memcpy(y + i, &acc, sizeof acc);
       }
     }
-    memcpy(y + i0, acc, sizeof acc);
   }
-  for (int32_t p = 0; i0 < hs && p < n_pos; p++)
-    axpy_i8(y + i0, v + (size_t)p * (size_t)hs + i0, w[p] * scale[p], hs - i0);
 }
 
 /* 8 lanes of 8 vectors transposed: out[l][i] = in[i][l]. */
@@ -441,49 +474,60 @@ static inline __attribute__((always_inline)) void transpose8(v8f_t *a) {
   }
 }
 
-/* att[p] = dot_lanes(q, K[p], hs) * scale[p] (scale NULL: 1; K fp32 rows,
- * or int8 rows k8 widened) for p < n_pos, hs % 8 == 0: 8 positions at a
- * time, their lane sums transposed so one vector tree gives the 8 sums
- * dot_lanes would, with the same additions in the same order. */
-static inline __attribute__((always_inline)) void scores_rows(float *att, const float *q,
-                                                             const float *k, const int8_t *k8,
+/* The dot of q with one cache row of `kind` in 8 lanes, summed as
+ * dot_lanes sums them (hs % 8 == 0). */
+static inline __attribute__((always_inline)) float dot_row(int kind, const float *q,
+                                                          const void *k, size_t at,
+                                                          int32_t hs) {
+  v8f_t acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int32_t c = 0; c < hs; c += 8) {
+    v8f_t qv;
+    memcpy(&qv, q + c, sizeof qv);
+    v8f_t x;
+    load8(&x, kind, k, at + (size_t)c);
+    acc += qv * x;
+  }
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* att[p] = dot_lanes(q, K[p], hs) * scale[p] (int8 rows; other kinds
+ * unscaled) for p < n_pos, hs % 8 == 0: 8 positions at a time, their lane
+ * sums transposed so one vector tree gives the 8 sums dot_lanes would, with
+ * the same additions in the same order. */
+static inline __attribute__((always_inline)) void scores_rows(int kind, float *att,
+                                                             const float *q, const void *k,
                                                              const float *scale,
                                                              int32_t n_pos, int32_t hs) {
   int32_t p0 = 0;
   for (; p0 + 8 <= n_pos; p0 += 8) {
     v8f_t acc[8];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) acc[i] = (v8f_t){0, 0, 0, 0, 0, 0, 0, 0};
+    const size_t at = (size_t)p0 * (size_t)hs;
     for (int32_t c = 0; c < hs; c += 8) {
       v8f_t qv;
       memcpy(&qv, q + c, sizeof qv);
+#pragma GCC unroll 8
       for (int i = 0; i < 8; i++) {
-        v8f_t kv;
-        if (k8) {
-          v8i8_t x8;
-          memcpy(&x8, k8 + (size_t)(p0 + i) * (size_t)hs + c, sizeof x8);
-          kv = __builtin_convertvector(x8, v8f_t);
-        } else {
-          memcpy(&kv, k + (size_t)(p0 + i) * (size_t)hs + c, sizeof kv);
-        }
-        acc[i] += qv * kv;
+        v8f_t x;
+        load8(&x, kind, k, at + (size_t)i * (size_t)hs + (size_t)c);
+        acc[i] += qv * x;
       }
     }
     transpose8(acc);
     v8f_t sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    if (scale) {
+    if ((kind & ROW_TYPE) == ROW_I8) {
       v8f_t sv;
       memcpy(&sv, scale + p0, sizeof sv);
       sum *= sv;
     }
     memcpy(att + p0, &sum, sizeof sum);
   }
-  for (int32_t p = p0; p < n_pos; p++)
-    att[p] = k8 ? dot_lanes_i8(q, k8 + (size_t)p * (size_t)hs, hs) * scale[p]
-                : dot_lanes(q, k + (size_t)p * (size_t)hs, hs);
+  for (int32_t p = p0; p < n_pos; p++) {
+    const float d = dot_row(kind, q, k, (size_t)p * (size_t)hs, hs);
+    att[p] = (kind & ROW_TYPE) == ROW_I8 ? d * scale[p] : d;
+  }
 }
-
-
-
 
 /* fp16 cache rows to fp32 (exact either way). */
 static void f16_row_portable(float *dst, const uint16_t *src, int32_t n) {
@@ -514,7 +558,10 @@ static f16_row_fn f16_row(tsr_isa_t isa) {
 
 #endif
 
-static inline __attribute__((always_inline)) void attn_body(void *arg, int task, int thread) {
+/* f16v: the function is built for F16C, so fp16 rows take the vector
+ * loops (the same values as converting each row first). */
+static inline __attribute__((always_inline)) void attn_body(void *arg, int task, int thread,
+                                                           bool f16v) {
   const attn_args_t *a = arg;
   tsr_exec_t *o = a->o;
   const tsr_model_config_t *c = &o->model->cfg;
@@ -539,14 +586,22 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   for (int32_t j = 0; j < nb; j++) q[j] = o->q + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
   /* scores: row j sees positions 0 .. pos0 + j */
   const int32_t last = pos0 + nb - 1;
-  if (!a->f16 && hs % 8 == 0) { /* fp32 or int8 cache: 8 positions at a time */
+  const bool vec = (!a->f16 || f16v) && hs % 8 == 0; /* 8 positions at a time */
+  const int x86 = f16v ? ROW_X86 : 0;
+  if (vec) {
     const size_t base = loff + hoff;
-    for (int32_t j = 0; j < nb; j++)
-      scores_rows(att + (size_t)j * ms, q[j], a->q8 ? NULL : s->key_cache + base,
-                  a->q8 ? s->key_cache8 + base : NULL,
-                  a->q8 ? s->key_scale8 + base / (size_t)hs : NULL, pos0 + j + 1, hs);
+    for (int32_t j = 0; j < nb; j++) {
+      float *r = att + (size_t)j * ms;
+      if (a->q8)
+        scores_rows(ROW_I8 | x86, r, q[j], s->key_cache8 + base, s->key_scale8 + base / (size_t)hs,
+                    pos0 + j + 1, hs);
+      else if (a->f16)
+        scores_rows(ROW_F16 | x86, r, q[j], s->key_cache16 + base, NULL, pos0 + j + 1, hs);
+      else
+        scores_rows(ROW_F32 | x86, r, q[j], s->key_cache + base, NULL, pos0 + j + 1, hs);
+    }
   }
-  for (int32_t p = 0; p <= last && (a->f16 || hs % 8); p++) {
+  for (int32_t p = 0; p <= last && !vec; p++) {
     const size_t at = loff + hoff + (size_t)p * hs;
     const float *k = s->key_cache ? s->key_cache + at : NULL; /* NULL: fp16 or int8 */
     float ks = 1.0f; /* int8: the dot of the widened row, times the row's scale */
@@ -570,15 +625,17 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
     xb[j] = o->xb + (size_t)(r0 + j) * q_dim + (size_t)h * hs;
     memset(xb[j], 0, sizeof(float) * (size_t)hs);
   }
-  if (!a->f16) { /* fp32 or int8 cache: each row's sum in registers */
+  if (vec) { /* each row's sum in registers */
     for (int32_t j = 0; j < nb; j++) {
       const size_t base = loff + hoff;
       const float *w = att + (size_t)j * ms;
       if (a->q8)
-        weighted_rows_i8(xb[j], s->value_cache8 + base, s->value_scale8 + base / (size_t)hs, w,
-                         pos0 + j + 1, hs);
+        weighted_rows(ROW_I8 | x86, xb[j], s->value_cache8 + base,
+                      s->value_scale8 + base / (size_t)hs, w, pos0 + j + 1, hs);
+      else if (a->f16)
+        weighted_rows(ROW_F16 | x86, xb[j], s->value_cache16 + base, NULL, w, pos0 + j + 1, hs);
       else
-        weighted_rows(xb[j], s->value_cache + base, w, pos0 + j + 1, hs);
+        weighted_rows(ROW_F32 | x86, xb[j], s->value_cache + base, NULL, w, pos0 + j + 1, hs);
     }
     return;
   }
@@ -599,20 +656,23 @@ static inline __attribute__((always_inline)) void attn_body(void *arg, int task,
   }
 }
 
-static void attn_task(void *arg, int task, int thread) { attn_body(arg, task, thread); }
+static void attn_task(void *arg, int task, int thread) { attn_body(arg, task, thread, false); }
 
 #ifdef TSR_FWD_X86
-/* The same attention built for AVX2 (chosen at run time where the CPU has
- * it): 8-wide vectors for the same lanes and no FMA (the function is not
- * built for it), so its results equal the baseline's. */
-__attribute__((target("avx2"))) static void attn_task_avx2(void *arg, int task, int thread) {
-  attn_body(arg, task, thread);
+/* The same attention built for AVX2 and F16C (chosen at run time where the
+ * CPU has both): 8-wide vectors for the same lanes and no FMA (the function
+ * is not built for it), so its results equal the baseline's. */
+__attribute__((target("avx2,f16c"))) static void attn_task_avx2(void *arg, int task,
+                                                                 int thread) {
+  attn_body(arg, task, thread, true);
 }
 #endif
 
 static tsr_task_fn attn_fn(tsr_isa_t isa) {
 #ifdef TSR_FWD_X86
-  if (isa >= TSR_ISA_AVX2) return attn_task_avx2;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+  if (isa >= TSR_ISA_AVX2 && f16c) return attn_task_avx2;
 #else
   (void)isa;
 #endif
