@@ -497,13 +497,14 @@ int cli_bench_offload(int argc, char **argv) {
   ob_opts_t o = {.models = "stories15M,stories110M,large,7B", .dir = "build/bench",
                  .batches = {1, 8, 32, 128}, .n_batches = 4, .n_prompt = 128,
                  .n_decode = 16, .measure_max = 32, .reps = 3, .measure = true};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const bool has = i + 1 < argc;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+  for (int i = 1; i < argc; i++) /* also `bench --boards --help` */
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
     }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const bool has = i + 1 < argc;
     if (!strcmp(a, "--no-measure")) {
       o.measure = false;
       continue;
