@@ -1205,11 +1205,14 @@ static void models_print_json(const model_result_t *res, int n_res, bool offload
   printf("%s]", n_res ? "\n  " : "");
 }
 
+/* n_prompt, n_decode: the sizes asked for; a model whose context is
+ * shorter ran half its context each and is marked. */
 static void models_print_table(const model_result_t *res, int n_res, int reps,
-                               const char *off_dev, const cli_peer_t *peer) {
+                               int32_t n_prompt, int32_t n_decode, const char *off_dev,
+                               const cli_peer_t *peer) {
   const model_result_t *r0 = &res[0];
   printf("\nmodels (generated weights; prefill %d tokens, decode %d steps; median of %d)\n",
-         r0->n_prompt, r0->n_decode, reps);
+         n_prompt, n_decode, reps);
   printf("%-14s %8s  %14s %14s  %14s %14s  %7s\n", "model", "params", "fp32 prefill",
          "fp32 decode", "int8 prefill", "int8 decode", "int8/fp32 decode");
   for (int i = 0; i < n_res; i++) {
@@ -1217,7 +1220,7 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
     printf("%-14s %7.1fM  %10.1f t/s %10.1f t/s  %10.1f t/s %10.1f t/s  %6.2fx%s\n", r->preset,
            r->params_m, r->prefill_tps[0], r->decode_tps[0], r->prefill_tps[1], r->decode_tps[1],
            r->decode_tps[1] / r->decode_tps[0],
-           r->n_prompt != r0->n_prompt || r->n_decode != r0->n_decode ? "  (shorter: context)"
+           r->n_prompt != n_prompt || r->n_decode != n_decode ? "  (shorter: context)"
                                                                       : "");
   }
   if (peer) {
@@ -1250,7 +1253,7 @@ static void models_print_table(const model_result_t *res, int n_res, int reps,
     printf("\nhalf precisions (--half): fp16 on each model's F16 file, bf16 on its BF16 file\n"
            "(weights from the mapping; fp32 sums), prefill %d tokens and %d decode steps,\n"
            "medians of %d; load = tsr_model_load + tsr_session_create%s\n",
-           r0->n_prompt, r0->n_decode, reps, peer ? "; the peer on the same files" : "");
+           n_prompt, n_decode, reps, peer ? "; the peer on the same files" : "");
     printf("%-14s %-5s %10s %12s %12s", "model", "prec", "load", "prefill", "decode");
     if (peer) printf(" %12s %7s %12s %7s", "peer pp", "ratio", "peer tg", "ratio");
     printf("\n");
@@ -1591,7 +1594,9 @@ int tsr_cmd_bench(int argc, char **argv) {
     printf("\n}\n");
   } else {
     if (kernels) tsr_bench_print_table(stdout, &kr);
-    if (n_res) models_print_table(res, n_res, (int)reps, off_dev, have_peer ? &peer : NULL);
+    if (n_res)
+      models_print_table(res, n_res, (int)reps, (int32_t)n_prompt, (int32_t)n_decode, off_dev,
+                         have_peer ? &peer : NULL);
   }
   if (plot_dir) {
     char caption[160];
