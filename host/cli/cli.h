@@ -49,8 +49,9 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
   "      --split S          how several entries share the work: layers (default: each\n" \
   "                         a range of layers) | rows (each a share of every batch)\n"  \
   "      --offload P        auto (cost model, default) | all | none\n"                   \
-  "      --place OP=WHERE   override placement: OP attn_q..output, attn, ffn, all;\n"    \
-  "                         WHERE cpu, a device name (sim0) or devN (comma-separated)\n" \
+  "      --place OP=WHERE   override placement: OP attn_q..output, attn, ffn, all,\n"    \
+  "                         experts, expertN, expertA-B; WHERE cpu, a device name\n"    \
+  "                         (sim0) or devN (comma-separated, or --place repeated)\n"   \
   "      --no-fallback      a device failure is an error instead of a CPU fallback\n"    \
   "      --retries N        retries of a failed device command (default 1)\n"           \
   "      --device-timeout MS  watchdog per device command (default 10000)\n"            \

@@ -95,7 +95,20 @@ int cli_device_option(const char *cmd, int argc, char **argv, int *i,
       return -1;
     }
   } else if (!strcmp(a, "--place")) {
+    /* repeated: the overrides of every --place, in order */
+    static char joined[4096];
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (opts->placement) {
+      char tmp[sizeof joined];
+      int len = snprintf(tmp, sizeof tmp, "%s,%s", opts->placement, v);
+      if (len < 0 || (size_t)len >= sizeof tmp) {
+        fprintf(stderr, "tessera %s: --place: the overrides together exceed %zu bytes\n", cmd,
+                sizeof joined - 1);
+        return -1;
+      }
+      memcpy(joined, tmp, (size_t)len + 1);
+      v = joined;
+    }
     opts->placement = v;
   } else if (!strcmp(a, "--split")) {
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;

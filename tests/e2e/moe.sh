@@ -51,6 +51,13 @@ n0=$(grep -c ':e0 ffn_.*_exps .*cpu .*--place experts=cpu' "$out/plan.txt")
 # 3 layers x 3 matmuls, in every planned batch size's table
 if [ "$n1" -ge 9 ] && [ "$n0" -ge 9 ]; then echo "ok   plan: expert1 on fmodel1, expert0 on the host ($n1, $n0 lines)"
 else echo "FAIL plan: expert overrides not applied ($n1, $n0)"; fail=1; fi
+# --place repeated: the overrides of both, not only the last
+"$T" plan -m "$out/moe.gguf" --device fmodel,fmodel \
+  --place experts=cpu --place expert1=dev1 > "$out/plan2.txt" 2>&1
+n1=$(grep -c ':e1 ffn_.*_exps .*fmodel1 .*--place expert1=dev1' "$out/plan2.txt")
+n0=$(grep -c ':e0 ffn_.*_exps .*cpu .*--place experts=cpu' "$out/plan2.txt")
+if [ "$n1" -ge 9 ] && [ "$n0" -ge 9 ]; then echo "ok   plan: --place repeated keeps both overrides ($n1, $n0 lines)"
+else echo "FAIL plan: --place repeated lost an override ($n1, $n0)"; fail=1; fi
 for bad in "expert4=dev0" "expert2-1=dev0" "expertx=dev0" "expert0=dev7"; do
   if "$T" plan -m "$out/moe.gguf" --device fmodel --place "$bad" > "$out/bad.txt" 2>&1; then
     echo "FAIL --place $bad accepted"; fail=1
