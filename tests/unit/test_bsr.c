@@ -15,7 +15,10 @@
  * multiples of the tiles, two k chunks, K = 65535) at densities 0, 0.25,
  * 0.5 and 1; malformed descriptors (BN/BK, bitmap stride, bitmaps or tiles
  * outside the window, counts that disagree with the bitmaps, a bit past
- * K) are refused with the same code by every backend. Last, REPORT lines:
+ * K) are refused with the same code by every backend, and so are random
+ * rings (random shapes, BK, densities, strides, a window that ends with
+ * the last C) whose last descriptor is broken half of the time. Last,
+ * REPORT lines:
  * the functional model's cycles and bytes read of the sparse opcode against
  * the dense GEMM of the same pruned weights at the default 16x16 geometry,
  * checked against 1.2 x density x dense.
@@ -149,6 +152,7 @@ static bdev_t g_dev[N_BACKENDS];
  * way on every device). */
 static const uint64_t g_base = 0;
 static tsr_desc_t g_ring[16];
+static uint64_t g_win = BUF_BYTES; /* the launches' window: [buffer, + g_win) */
 
 static int suite_init(void) {
   for (int i = 0; i < N_BACKENDS; i++) {
@@ -202,7 +206,7 @@ static void dev_run(int i, const uint8_t *img, uint32_t n, uint8_t *out, tsr_hal
   memset(res, 0, sizeof *res);
   memcpy(out, img, BUF_BYTES);
   pack_ring(out, n, base);
-  tsr_hal_command_t cmd = {.window_base = base, .window_size = BUF_BYTES, .ring = base,
+  tsr_hal_command_t cmd = {.window_base = base, .window_size = g_win, .ring = base,
                            .n_desc = n};
   TSR_ASSERT_OK(dv->vt->write(dv, &g_dev[i].buf, 0, out, BUF_BYTES));
   TSR_ASSERT_OK(dv->vt->submit(dv, &cmd, &f));
@@ -371,30 +375,31 @@ static void b_range_before_count(tsr_desc_t *d, uint8_t *i, uint64_t b, const bs
 }
 static void b_flags(tsr_desc_t *d, uint8_t *i, uint64_t b, const bsr_case_t *c) { d->flags = 1; }
 
+static const struct {
+  const char *what;
+  breaker_t fn;
+  uint32_t code;
+} cases[] = {
+    {"BN not 16", b_bn, TSR_HWERR_BAD_BLOCK},
+    {"BK 32", b_bk32, TSR_HWERR_BAD_BLOCK},
+    {"BK 256", b_bk256, TSR_HWERR_BAD_BLOCK},
+    {"BK 192", b_bk192, TSR_HWERR_BAD_BLOCK},
+    {"BSR_BLOCK = 1 (a W_NCH)", b_nch, TSR_HWERR_BAD_BLOCK},
+    {"bitmap stride short", b_ldb, TSR_HWERR_BAD_STRIDE},
+    {"LDA < K", b_lda, TSR_HWERR_BAD_STRIDE},
+    {"bitmaps past the window", b_bitmap_out, TSR_HWERR_ADDR_RANGE},
+    {"bitmaps below the window", b_bitmap_below, TSR_HWERR_ADDR_RANGE},
+    {"tiles past the window", b_tiles_out, TSR_HWERR_ADDR_RANGE},
+    {"count above the bitmaps'", b_count_up, TSR_HWERR_BAD_COUNT},
+    {"count below the bitmaps'", b_count_down, TSR_HWERR_BAD_COUNT},
+    {"a bit past K", b_stray_bit, TSR_HWERR_BAD_COUNT},
+    {"dims before block", b_dims_first, TSR_HWERR_BAD_DIMS},
+    {"block before strides", b_block_first, TSR_HWERR_BAD_BLOCK},
+    {"range before count", b_range_before_count, TSR_HWERR_ADDR_RANGE},
+    {"flags", b_flags, TSR_HWERR_BAD_OPCODE},
+};
+
 static void test_refusals(void) {
-  static const struct {
-    const char *what;
-    breaker_t fn;
-    uint32_t code;
-  } cases[] = {
-      {"BN not 16", b_bn, TSR_HWERR_BAD_BLOCK},
-      {"BK 32", b_bk32, TSR_HWERR_BAD_BLOCK},
-      {"BK 256", b_bk256, TSR_HWERR_BAD_BLOCK},
-      {"BK 192", b_bk192, TSR_HWERR_BAD_BLOCK},
-      {"BSR_BLOCK = 1 (a W_NCH)", b_nch, TSR_HWERR_BAD_BLOCK},
-      {"bitmap stride short", b_ldb, TSR_HWERR_BAD_STRIDE},
-      {"LDA < K", b_lda, TSR_HWERR_BAD_STRIDE},
-      {"bitmaps past the window", b_bitmap_out, TSR_HWERR_ADDR_RANGE},
-      {"bitmaps below the window", b_bitmap_below, TSR_HWERR_ADDR_RANGE},
-      {"tiles past the window", b_tiles_out, TSR_HWERR_ADDR_RANGE},
-      {"count above the bitmaps'", b_count_up, TSR_HWERR_BAD_COUNT},
-      {"count below the bitmaps'", b_count_down, TSR_HWERR_BAD_COUNT},
-      {"a bit past K", b_stray_bit, TSR_HWERR_BAD_COUNT},
-      {"dims before block", b_dims_first, TSR_HWERR_BAD_DIMS},
-      {"block before strides", b_block_first, TSR_HWERR_BAD_BLOCK},
-      {"range before count", b_range_before_count, TSR_HWERR_ADDR_RANGE},
-      {"flags", b_flags, TSR_HWERR_BAD_OPCODE},
-  };
   for (size_t ci = 0; ci < 2 * (sizeof cases / sizeof cases[0]); ci++) {
     const uint32_t bk = ci % 2 ? 128 : 64;
     uint8_t *img = random_image();
@@ -420,6 +425,56 @@ static void test_refusals(void) {
     free(bad.w);
     free(img);
     free(want);
+  }
+  note_skips();
+}
+
+/* Random rings of GEMM_BSR descriptors (random shapes, BK, densities and
+ * strides; the window ends with the last C, flush), the last one broken
+ * by a random breaker half of the time: the same status, index and
+ * memory on every backend, the naive reference's C for what ran. */
+static void test_random(void) {
+  const size_t nb = sizeof cases / sizeof cases[0];
+  for (int iter = 0; iter < 48; iter++) {
+    uint8_t *img = random_image();
+    uint64_t off = 4096;
+    const uint32_t nd = 1 + rnd(4);
+    bsr_case_t cs[4];
+    for (uint32_t j = 0; j < nd; j++) {
+      const double dens = (double)rnd(5) / 4.0;
+      cs[j] = lay_bsr(img, BUF_BYTES, g_base, &off, 1 + rnd(40), 1 + rnd(70), 1 + rnd(700),
+                      rnd(2) ? 64 : 128, dens, rnd(3) ? 0 : rnd(9), rnd(2) ? 0 : rnd(4),
+                      rnd(3) == 0);
+      g_ring[j] = cs[j].d;
+    }
+    const tsr_desc_t *last = &cs[nd - 1].d;
+    g_win = last->c_addr - g_base + (uint64_t)(last->m - 1) * last->ldc + 4ull * last->n;
+    const bool broken = rnd(2);
+    size_t bi = rnd((uint32_t)nb);
+    /* a bit past K needs K = 300; one tile less needs one; one more must
+     * stay inside the window, as must the breakers' whole-buffer extents */
+    while (cases[bi].fn == b_stray_bit || (cases[bi].fn == b_count_down && !cs[nd - 1].stored))
+      bi = rnd((uint32_t)nb);
+    if (broken && (cases[bi].fn == b_bitmap_out || cases[bi].fn == b_tiles_out ||
+                   cases[bi].fn == b_count_up))
+      g_win = BUF_BYTES;
+    if (broken) cases[bi].fn(&g_ring[nd - 1], img, g_base, &cs[nd - 1]);
+    uint8_t *want = malloc(BUF_BYTES);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+    memcpy(want, img, BUF_BYTES);
+    for (uint32_t j = 0; j + (broken ? 1 : 0) < nd; j++) ref_apply(want, g_base, &cs[j], img);
+    tsr_hal_result_t r;
+    run_all(img, want, nd, 0, &r);
+    const uint32_t code = broken ? cases[bi].code : TSR_HWERR_OK;
+    if (r.hw_status != code)
+      fprintf(stderr, "random %d (%s): status %u, want %u\n", iter,
+              broken ? cases[bi].what : "valid", r.hw_status, code);
+    CU_ASSERT_EQUAL(r.hw_status, code);
+    CU_ASSERT_EQUAL(r.desc_done, broken ? nd - 1 : nd);
+    for (uint32_t j = 0; j < nd; j++) free(cs[j].w);
+    free(img);
+    free(want);
+    g_win = BUF_BYTES;
   }
   note_skips();
 }
@@ -521,6 +576,8 @@ int main(void) {
   CU_add_test(s, "odd shapes at densities 0, 0.25, 0.5, 1: bit-exact on every backend",
               test_shapes_and_densities);
   CU_add_test(s, "malformed descriptors refused alike, in the checks' order", test_refusals);
+  CU_add_test(s, "random rings, the last one broken half of the time, window flush with C",
+              test_random);
   CU_add_test(s, "cycles and bytes read against density (model, 16x16)", test_density_report);
   return tsr_test_run_all();
 }
