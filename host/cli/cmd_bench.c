@@ -617,6 +617,15 @@ static int cmp_i32(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Sorts out[0..n) ascending and keeps each value once; returns the count. */
+static int sort_unique_i32(int32_t *out, int n) {
+  qsort(out, (size_t)n, sizeof *out, cmp_i32);
+  int u = 0;
+  for (int i = 0; i < n; i++)
+    if (!u || out[i] != out[u - 1]) out[u++] = out[i];
+  return u;
+}
+
 /* Parses --batch: comma-separated sizes in [1, BATCH_MAX], at most
  * BATCH_MAX_SIZES of them, into ascending order without repeats. Prints a
  * message naming the entry on error. */
@@ -656,11 +665,7 @@ static bool parse_batch_list(const char *s, int32_t *out, int *n_out) {
     p = end + 1;
   }
   /* ascending, each size once: the table reads as a sweep */
-  qsort(out, (size_t)n, sizeof *out, cmp_i32);
-  int u = 0;
-  for (int i = 0; i < n; i++)
-    if (!u || out[i] != out[u - 1]) out[u++] = out[i];
-  *n_out = u;
+  *n_out = sort_unique_i32(out, n);
   return true;
 }
 
@@ -1095,11 +1100,7 @@ static bool parse_depths(const char *s, int32_t *out, int *n_out, bool *off) {
     if (!end) break;
     p = end + 1;
   }
-  qsort(out, (size_t)n, sizeof *out, cmp_i32);
-  int u = 0;
-  for (int i = 0; i < n; i++)
-    if (!u || out[i] != out[u - 1]) out[u++] = out[i];
-  *n_out = u;
+  *n_out = sort_unique_i32(out, n);
   return true;
 }
 
