@@ -72,6 +72,9 @@ bool cli_peer_parse_llama_bench(const char *json, size_t len, const char *model,
  * written there and that gnuplot can be run; prints the reason and returns
  * false otherwise. */
 bool cli_plot_prepare(const char *dir);
+/* The head of a gnuplot script NAME.gp writing NAME.png: terminal, output,
+ * title over a smaller caption, grid, key below. */
+void cli_plot_script_head(FILE *f, const char *name, const char *title, const char *caption);
 
 /* What the charts of one model show; arrays borrowed, counts 0 for none. */
 typedef struct cli_plot_model {

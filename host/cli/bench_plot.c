@@ -109,7 +109,7 @@ static bool plot_render(const char *dir, const char *script) {
 }
 
 /* The script's head: terminal (pngcairo if gnuplot has it), output, title. */
-static void script_head(FILE *f, const char *name, const char *title, const char *caption) {
+void cli_plot_script_head(FILE *f, const char *name, const char *title, const char *caption) {
   fprintf(f,
           "# %s.png from %s.dat (written by tessera bench --plot); run in this directory:\n"
           "#   gnuplot %s.gp\n"
@@ -179,7 +179,7 @@ bool cli_plot_models(const char *dir, const cli_plot_model_t *m, int n, const ch
   }
   if (!plot_close(f, dir, "models.dat")) return false;
   if (!(f = plot_open(dir, "models.gp"))) return false;
-  script_head(f, "models", "tokens/s vs model size (generated weights)", caption);
+  cli_plot_script_head(f, "models", "tokens/s vs model size (generated weights)", caption);
   fprintf(f,
           "set xlabel \"parameters (millions, log scale)\"\n"
           "set ylabel \"tokens/s (log scale)\"\n"
@@ -232,7 +232,7 @@ bool cli_plot_depths(const char *dir, const cli_plot_model_t *m, int n, const ch
     }
   if (!plot_close(f, dir, "depth.dat")) return false;
   if (!(f = plot_open(dir, "depth.gp"))) return false;
-  script_head(f, "depth", "decode tokens/s vs context depth", caption);
+  cli_plot_script_head(f, "depth", "decode tokens/s vs context depth", caption);
   fprintf(f,
           "set xlabel \"context depth (position of the first timed decode step, tokens)\"\n"
           "set xrange [-%d:%d]\n",
@@ -281,7 +281,7 @@ bool cli_plot_batches(const char *dir, const cli_plot_model_t *m, int n, const c
   }
   if (!plot_close(f, dir, "batch.dat")) return false;
   if (!(f = plot_open(dir, "batch.gp"))) return false;
-  script_head(f, "batch", "int8 decode tokens/s vs batch size (all sequences together)",
+  cli_plot_script_head(f, "batch", "int8 decode tokens/s vs batch size (all sequences together)",
               caption);
   fprintf(f,
           "set xlabel \"batch size B (sequences decoded together, log scale)\"\n"
@@ -365,7 +365,7 @@ bool cli_plot_roofline(const char *dir, const tsr_bench_kernel_results_t *kr,
   }
   if (!plot_close(f, dir, "roofline.dat")) return false;
   if (!(f = plot_open(dir, "roofline.gp"))) return false;
-  script_head(f, "roofline", "roofline of the kernels against this machine's measured limits",
+  cli_plot_script_head(f, "roofline", "roofline of the kernels against this machine's measured limits",
               caption);
   fprintf(f,
           "bw = %.6g    # GB/s, memory read bandwidth measured in this run\n"

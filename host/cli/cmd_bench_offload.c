@@ -393,27 +393,22 @@ static bool write_plot(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t *
     fprintf(stderr, "tessera bench: --plot: cannot write '%s'\n", path);
     return false;
   }
-  fprintf(f,
-          "# %s.png from %s.dat (tessera bench --boards); run in this directory:\n"
-          "#   gnuplot %s.gp\n"
-          "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
-          "  set terminal pngcairo size 1000,660 font \",11\"\n"
-          "} else {\n"
-          "  set terminal png size 1000,660\n"
-          "}\n"
-          "set output \"%s.png\"\n"
-          "set title \"offload on %s, every matmul on the board: projected board / CPU "
-          "tokens/s\\n{/*0.8 %ux%u MACs at %.0f MHz, %u x %.1f GB/s, launch %.0f us, %.0f us "
-          "per copy; CPU %s; below 1 the board loses and auto keeps the CPU}\"\n"
-          "set grid\nset key below\nset logscale x\nset logscale y\n"
-          "set xlabel \"model parameters (millions, log scale)\"\n"
-          "set ylabel \"speedup (log scale; 1 = break-even)\"\n"
-          "plot 1 with lines lc rgb \"black\" dt 2 title \"break-even\"",
-          name, name, name, name, d->label, d->caps.array_rows, d->caps.array_cols,
-          d->caps.clock_hz / 1e6, d->caps.mem_ports ? d->caps.mem_ports : 1,
-          d->caps.mem_bytes_per_cycle * d->caps.clock_hz / 1e9, d->caps.launch_latency_s * 1e6,
-          d->caps.link_latency_s * 1e6,
-          o->measure ? "measured here (7B projected)" : "from the CPU profile");
+  char title[128], caption[256];
+  snprintf(title, sizeof title,
+           "offload on %s, every matmul on the board: projected board / CPU tokens/s", d->label);
+  snprintf(caption, sizeof caption,
+           "%ux%u MACs at %.0f MHz, %u x %.1f GB/s, launch %.0f us, %.0f us per copy; CPU %s; "
+           "below 1 the board loses and auto keeps the CPU",
+           d->caps.array_rows, d->caps.array_cols, d->caps.clock_hz / 1e6,
+           d->caps.mem_ports ? d->caps.mem_ports : 1,
+           d->caps.mem_bytes_per_cycle * d->caps.clock_hz / 1e9, d->caps.launch_latency_s * 1e6,
+           d->caps.link_latency_s * 1e6,
+           o->measure ? "measured here (7B projected)" : "from the CPU profile");
+  cli_plot_script_head(f, name, title, caption);
+  fprintf(f, "set logscale x\nset logscale y\n"
+             "set xlabel \"model parameters (millions, log scale)\"\n"
+             "set ylabel \"speedup (log scale; 1 = break-even)\"\n"
+             "plot 1 with lines lc rgb \"black\" dt 2 title \"break-even\"");
   for (int pf = 0; pf < 2; pf++)
     for (int i = 0; i < o->n_batches; i++)
       fprintf(f, ", \\\n  \"%s.dat\" using 2:%d with linespoints lw 2 pt %d dt %d title "
