@@ -14,6 +14,11 @@ void tsr_softmax(float *x, int32_t n);
 /* Rotates pairs (2i, 2i+1) of each of `n_heads` heads of `head_dim` values,
  * for position `pos`. */
 void tsr_rope(float *vec, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);
+/* The same in two steps, for vectors that share a position: cs[2i], cs[2i+1]
+ * = the cosine and sine of pair i's angle at `pos` (head_dim values), then
+ * the rotation of each head by them. */
+void tsr_rope_angles(float *cs, int32_t head_dim, int32_t pos, float theta);
+void tsr_rope_apply(float *vec, int32_t n_heads, int32_t head_dim, const float *cs);
 /* gate = silu(gate) * up, n values. */
 void tsr_swiglu(float *gate, const float *up, int32_t n);
 

@@ -716,8 +716,16 @@ static void rope_task(void *arg, int r, int thread) {
   }
   const int e = lo;
   const int32_t pos = a->pe[e].pos0 + (r - a->pe[e].row0), hs = c->head_dim;
-  tsr_rope(a->o->q + (size_t)r * c->n_heads * hs, c->n_heads, hs, pos, c->rope_theta);
-  tsr_rope(a->o->k + (size_t)r * c->n_kv_heads * hs, c->n_kv_heads, hs, pos, c->rope_theta);
+  float *q = a->o->q + (size_t)r * c->n_heads * hs, *k = a->o->k + (size_t)r * c->n_kv_heads * hs;
+  if (hs <= TSR_ATTN_MAX_HEAD_DIM) { /* the row's angles once for q and k */
+    float cs[TSR_ATTN_MAX_HEAD_DIM];
+    tsr_rope_angles(cs, hs, pos, c->rope_theta);
+    tsr_rope_apply(q, c->n_heads, hs, cs);
+    tsr_rope_apply(k, c->n_kv_heads, hs, cs);
+  } else {
+    tsr_rope(q, c->n_heads, hs, pos, c->rope_theta);
+    tsr_rope(k, c->n_kv_heads, hs, pos, c->rope_theta);
+  }
 }
 
 static void light_run(const light_args_t *a, void (*fn)(void *, int, int)) {

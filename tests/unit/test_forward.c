@@ -68,11 +68,15 @@ static void test_softmax(void) {
 
 static void test_rope(void) {
   const int heads = 3, hs = 8;
-  float v[24], ref[24];
+  float v[24], ref[24], two[24], cs[8];
   uint64_t st = 3;
-  for (int i = 0; i < 24; i++) ref[i] = v[i] = frand(&st);
+  for (int i = 0; i < 24; i++) two[i] = ref[i] = v[i] = frand(&st);
   const int pos = 37;
   tsr_rope(v, heads, hs, pos, 10000.0f);
+  /* the two-step form (angles once per row) against the double reference too */
+  tsr_rope_angles(cs, hs, pos, 10000.0f);
+  tsr_rope_apply(two, heads, hs, cs);
+  for (int i = 0; i < 24; i++) CU_ASSERT_DOUBLE_EQUAL(two[i], v[i], 0.0);
   for (int h = 0; h < heads; h++)
     for (int i = 0; i < hs; i += 2) {
       double ang = pos * pow(10000.0, -(double)i / hs);
