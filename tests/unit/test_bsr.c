@@ -17,7 +17,9 @@
  * outside the window, counts that disagree with the bitmaps, a bit past
  * K) are refused with the same code by every backend, and so are random
  * rings (random shapes, BK, densities, strides, a window that ends with
- * the last C) whose last descriptor is broken half of the time. Last,
+ * the last C) whose last descriptor is broken half of the time. The host's
+ * compressed form (host/src/tiles.c) is read back by the test's own walk
+ * and run with the host's descriptors over two column chunks. Last,
  * REPORT lines:
  * the functional model's cycles and bytes read of the sparse opcode against
  * the dense GEMM of the same pruned weights at the default 16x16 geometry,
@@ -31,6 +33,7 @@
 #include "driver/hal.h"
 #include "driver/hal_impl.h"
 #include "driver/tsr_regmap.h"
+#include "host/src/plan.h"
 #include "tsr_test.h"
 
 #define BUF_BYTES (8u << 20)
@@ -479,6 +482,111 @@ static void test_random(void) {
   note_skips();
 }
 
+/* ---- the host's compressed form (host/src/tiles.c) --------------------------- */
+
+/* A block-pruned W of more than one column chunk (N > 4096) packed by the
+ * host: read back by this test's own walk of the layout it must be W, and
+ * the GEMM_BSR descriptors the host builds for it (one per chunk, on the
+ * functional model) give the naive product of W. */
+static void test_host_pack(void) {
+  static const struct { int32_t n, k; } shapes[] = {{4100, 130}, {33, 64}, {4096 + 16, 172}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int32_t n = shapes[si].n, k = shapes[si].k, m = 3;
+    const uint32_t bk = tsr_tile_bsr_bk(k);
+    CU_ASSERT_EQUAL(bk, k % 128 == 0 || (k + 63) / 64 % 2 == 0 ? 128u : 64u);
+    int8_t *w = calloc((size_t)n * k, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    /* random blocks of 16 x bk kept (about half), a few single weights */
+    for (int32_t r0 = 0; r0 < n; r0 += 16)
+      for (int32_t k0 = 0; k0 < k; k0 += (int32_t)bk) {
+        if (rnd(2)) continue;
+        for (int32_t r = r0; r < r0 + 16 && r < n; r++)
+          for (int32_t x = k0; x < k0 + (int32_t)bk && x < k; x++)
+            w[(size_t)r * k + x] = (int8_t)(rnd(255) - 127);
+      }
+    w[(size_t)(n - 1) * k + (k - 1)] = 5; /* the last tile holds one weight */
+    uint64_t nz = 0, all = 0;
+    for (int32_t tr = 0; tr < (n + 15) / 16; tr++)
+      for (int32_t t = 0; t < (k + (int32_t)bk - 1) / (int32_t)bk; t++) {
+        bool any = false;
+        for (int32_t r = tr * 16; r < tr * 16 + 16 && r < n && !any; r++)
+          for (int32_t x = t * (int32_t)bk; x < (t + 1) * (int32_t)bk && x < k && !any; x++)
+            any = w[(size_t)r * k + x] != 0;
+        nz += any;
+        all++;
+      }
+    CU_ASSERT_DOUBLE_EQUAL(tsr_tile_bsr_density(w, n, k, bk), (double)nz / (double)all, 1e-12);
+    tsr_tile_bsr_t b;
+    uint8_t *img = NULL;
+    TSR_ASSERT_OK(tsr_tile_bsr_pack(w, n, k, bk, &b, &img));
+    if (!img) {
+      free(w);
+      continue;
+    }
+    CU_ASSERT_EQUAL(b.stored, nz);
+    CU_ASSERT_EQUAL(b.total, all);
+    CU_ASSERT_EQUAL(b.chunks, (n + 4095) / 4096);
+    /* read back */
+    int8_t *back = calloc((size_t)n * k, 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+    for (int32_t c = 0; c < b.chunks; c++) {
+      const int32_t n0 = c * 4096, nn = n - n0 < 4096 ? n - n0 : 4096, ntr = (nn + 15) / 16;
+      const uint8_t *bm = img + b.off[c];
+      CU_ASSERT_EQUAL(b.off[c] % 64, 0);
+      uint64_t t_off = (b.off[c] + (uint64_t)ntr * b.ldb + 63) / 64 * 64, idx = 0;
+      for (int32_t tr = 0; tr < ntr; tr++)
+        for (int32_t t = 0; t < (k + (int32_t)bk - 1) / (int32_t)bk; t++) {
+          if (!(bm[(size_t)tr * b.ldb + t / 8] >> (t % 8) & 1)) continue;
+          const uint8_t *tile = img + t_off + idx++ * 16 * bk;
+          for (int32_t j = 0; j < 16 && n0 + tr * 16 + j < n; j++)
+            for (int32_t x = 0; x < (int32_t)bk && t * (int32_t)bk + x < k; x++)
+              back[(size_t)(n0 + tr * 16 + j) * k + t * (int32_t)bk + x] = (int8_t)tile[j * bk + x];
+        }
+      CU_ASSERT_EQUAL(idx, b.nnz[c]);
+    }
+    CU_ASSERT_EQUAL(memcmp(back, w, (size_t)n * k), 0);
+    /* run it: the host's descriptors on the functional model */
+    tsr_hal_device_t *dv = g_dev[0].dev;
+    const uint64_t base = g_dev[0].buf.addr;
+    const uint64_t a_off = 0x1000, w_off = 0x2000, c_off = (w_off + b.bytes + 63) / 64 * 64;
+    CU_ASSERT_FATAL(c_off + 4ull * m * n <= BUF_BYTES);
+    int8_t a[3 * 172];
+    for (int i = 0; i < m * k; i++) a[i] = (int8_t)(rnd(256) - 128);
+    uint8_t *buf = calloc(1, BUF_BYTES);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    memcpy(buf + a_off, a, (size_t)m * k);
+    memcpy(buf + w_off, img, b.bytes);
+    for (int32_t c = 0; c < b.chunks; c++) {
+      const int32_t n0 = c * 4096, nn = n - n0 < 4096 ? n - n0 : 4096;
+      tsr_desc_t d = {.m = (uint32_t)m, .n = (uint32_t)nn, .k = (uint32_t)k, .lda = (uint32_t)k,
+                      .ldc = 4u * (uint32_t)n, .a_addr = base + a_off,
+                      .c_addr = base + c_off + 4ull * (uint64_t)n0};
+      tsr_tile_bsr_desc(&d, base + w_off, &b, n0);
+      tsr_desc_pack(buf + 64 * c, &d);
+    }
+    TSR_ASSERT_OK(dv->vt->write(dv, &g_dev[0].buf, 0, buf, BUF_BYTES));
+    tsr_hal_command_t cmd = {.window_base = base, .window_size = BUF_BYTES, .ring = base,
+                             .n_desc = (uint32_t)b.chunks};
+    uint64_t f = 0;
+    tsr_hal_result_t r;
+    TSR_ASSERT_OK(dv->vt->submit(dv, &cmd, &f));
+    TSR_ASSERT_OK(dv->vt->wait(dv, f, FOREVER, &r));
+    CU_ASSERT_EQUAL(r.hw_status, 0);
+    CU_ASSERT_EQUAL(r.desc_done, (uint32_t)b.chunks);
+    TSR_ASSERT_OK(dv->vt->read(dv, &g_dev[0].buf, 0, buf, BUF_BYTES));
+    int32_t *ref = malloc(sizeof(int32_t) * (size_t)m * n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ref);
+    tsr_test_ref_gemm_i8(ref, (size_t)n, a, (size_t)k, w, (size_t)k, m, n, k);
+    CU_ASSERT_EQUAL(memcmp(buf + c_off, ref, 4ull * m * n), 0);
+    free(ref);
+    free(buf);
+    free(back);
+    free(img);
+    tsr_tile_bsr_free(&b);
+    free(w);
+  }
+}
+
 /* ---- cycles and bytes against density -------------------------------------------- */
 
 static void report_shape(uint32_t m, uint32_t n, uint32_t k, uint32_t BK, bool check) {
@@ -578,6 +686,8 @@ int main(void) {
   CU_add_test(s, "malformed descriptors refused alike, in the checks' order", test_refusals);
   CU_add_test(s, "random rings, the last one broken half of the time, window flush with C",
               test_random);
+  CU_add_test(s, "the host's compressed form: read back, and run over two column chunks",
+              test_host_pack);
   CU_add_test(s, "cycles and bytes read against density (model, 16x16)", test_density_report);
   return tsr_test_run_all();
 }
