@@ -9,8 +9,16 @@
 
 #include <stdint.h>
 
+#include "compute/qgemm.h" /* tsr_isa_t */
+
 void tsr_rmsnorm(float *out, const float *x, const float *w, int32_t n, float eps);
+/* In place, n >= 1: e^(x - max) over their sum (the sum in index order). */
 void tsr_softmax(float *x, int32_t n);
+/* e^x in float, within 2 ulp, the same result on every machine (ops.c). */
+float tsr_expf(float x);
+/* x[i] = tsr_expf(x[i] - sub) for i < n with the kernel of `isa` (at most
+ * what the CPU has): the same values whichever runs. */
+void tsr_exp_rows_isa(tsr_isa_t isa, float *x, int32_t n, float sub);
 /* Rotates pairs (2i, 2i+1) of each of `n_heads` heads of `head_dim` values,
  * for position `pos`. */
 void tsr_rope(float *vec, int32_t n_heads, int32_t head_dim, int32_t pos, float theta);

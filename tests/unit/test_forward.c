@@ -3,6 +3,7 @@
  * double-precision implementation written here, op by op and end to end;
  * prefill against token-by-token decode; int8 against fp32; session errors.
  */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,50 @@ static void test_softmax(void) {
   float one[1] = {-1e30f};
   tsr_softmax(one, 1);
   CU_ASSERT_EQUAL(one[0], 1.0f);
+}
+
+/* tsr_expf against exp() in double: within 2 ulp over the range where
+ * e^x is a normal float, 0 and +inf beyond, NaN kept; every ISA's block
+ * kernel (odd lengths: the masked tail too) gives the portable lane's bits. */
+static void test_expf(void) {
+  double worst = 0;
+  float xs[4099];
+  int n = 0;
+  for (float x = -87.0f; x <= 88.5f; x += 0.0437f) {
+    const float got = tsr_expf(x);
+    const double want = exp((double)x);
+    const double ulp = ldexp(1.0, ilogb(want) - 23);
+    const double e = fabs((double)got - want) / ulp;
+    if (e > worst) worst = e;
+    if (n < 4096) xs[n++] = x;
+  }
+  CU_ASSERT(worst <= 2.0);
+  printf("REPORT tsr_expf over [-87, 88.5] in steps of 0.0437: worst %.3f ulp of exp() in double "
+         "(ceiling 2)\n", worst);
+  CU_ASSERT_EQUAL(tsr_expf(-200.0f), 0.0f);
+  CU_ASSERT(isinf(tsr_expf(100.0f)) && tsr_expf(100.0f) > 0);
+  CU_ASSERT(isinf(tsr_expf(INFINITY)));
+  CU_ASSERT_EQUAL(tsr_expf(-INFINITY), 0.0f);
+  CU_ASSERT(isnan(tsr_expf(NAN)));
+  CU_ASSERT_EQUAL(tsr_expf(0.0f), 1.0f);
+  /* below -87.3 the result is flushed to 0 (no subnormals); just above it
+   * is the smallest result, a normal float */
+  CU_ASSERT_EQUAL(tsr_expf(-87.31f), 0.0f);
+  CU_ASSERT_EQUAL(tsr_expf(-100.0f), 0.0f);
+  CU_ASSERT(tsr_expf(-87.29f) >= FLT_MIN);
+  CU_ASSERT_DOUBLE_EQUAL(tsr_expf(-87.29f), exp((double)-87.29f), 2 * ldexp(1.0, -149));
+  xs[n++] = NAN, xs[n++] = -1000.0f, xs[n++] = 1000.0f;
+  for (int isa = TSR_ISA_PORTABLE; isa <= TSR_ISA_AVX512VNNI; isa++) {
+    float y[4099];
+    memcpy(y, xs, sizeof(float) * (size_t)n);
+    tsr_exp_rows_isa((tsr_isa_t)isa, y, n, 0.25f);
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+      const float want = tsr_expf(xs[i] - 0.25f);
+      same += memcmp(&y[i], &want, sizeof want) == 0;
+    }
+    CU_ASSERT_EQUAL(same, n);
+  }
 }
 
 static void test_rope(void) {
@@ -699,6 +744,7 @@ int main(void) {
   CU_add_test(ops, "rmsnorm", test_rmsnorm);
   CU_add_test(ops, "softmax", test_softmax);
   CU_add_test(ops, "rope", test_rope);
+  CU_add_test(ops, "expf", test_expf);
   CU_add_test(ops, "swiglu", test_swiglu);
   CU_pSuite fw = CU_add_suite("forward", setup, teardown);
   CU_add_test(fw, "stories260K vs double reference", test_forward_stories260k);
