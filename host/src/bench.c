@@ -305,7 +305,7 @@ double tsr_bench_fp32_peak(tsr_threadpool_t *pool, tsr_isa_t isa, int reps) {
 /* OpenBLAS sgemm                                                            */
 /* ------------------------------------------------------------------------ */
 
-tsr_status_t tsr_bench_sgemm(int n, int reps, double *out_gflops) {
+tsr_status_t tsr_bench_sgemm(int n, int threads, int reps, double *out_gflops) {
   *out_gflops = 0;
   if (n <= 0) return TSR_ERR(INVALID_ARGUMENT, "bench: sgemm size n=%d", n);
   reps = clamp_reps(reps);
@@ -321,6 +321,9 @@ tsr_status_t tsr_bench_sgemm(int n, int reps, double *out_gflops) {
     a[i] = (float)((i * 7) % 13) * 0.1f - 0.6f;
     b[i] = (float)((i * 5) % 11) * 0.1f - 0.5f;
   }
+  /* OpenBLAS's own threads for this figure; the runtime keeps it at one
+   * thread per call (context.c) */
+  openblas_set_num_threads(threads > 0 ? threads : 1);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
   double t[TSR_BENCH_MAX_REPS];
   for (int r = 0; r < reps; ++r) {
@@ -328,6 +331,7 @@ tsr_status_t tsr_bench_sgemm(int n, int reps, double *out_gflops) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     t[r] = now_s() - t0;
   }
+  openblas_set_num_threads(1);
   free(a), free(b), free(c);
   *out_gflops = 2.0 * (double)n * n * n / median(t, reps) / 1e9;
   return TSR_OK;
@@ -406,7 +410,8 @@ tsr_status_t tsr_bench_kernels(const tsr_bench_opts_t *o, tsr_bench_kernel_resul
   r->int8_peak_gops = tsr_bench_int8_peak(o->pool, r->isa, r->reps);
   r->fp32_peak_gflops = tsr_bench_fp32_peak(o->pool, r->isa, r->reps);
   if (o->sgemm_n > 0)
-    TSR_RETURN_IF_ERROR(tsr_bench_sgemm(o->sgemm_n, r->reps, &r->sgemm_gflops), "sgemm");
+    TSR_RETURN_IF_ERROR(tsr_bench_sgemm(o->sgemm_n, r->n_threads, r->reps, &r->sgemm_gflops),
+                        "sgemm");
   r->n_shapes = o->n_shapes;
   for (int i = 0; i < o->n_shapes; ++i) {
     tsr_bench_kernel_result_t *k = &r->shapes[i];

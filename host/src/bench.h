@@ -81,8 +81,9 @@ void tsr_bench_opts_init(tsr_bench_opts_t *opts);
 tsr_status_t tsr_bench_mem_bw(tsr_threadpool_t *pool, size_t bytes, int reps, double *out_gbps);
 double tsr_bench_int8_peak(tsr_threadpool_t *pool, tsr_isa_t isa, int reps);
 double tsr_bench_fp32_peak(tsr_threadpool_t *pool, tsr_isa_t isa, int reps);
-/* OpenBLAS cblas_sgemm on n x n x n (OpenBLAS uses its own threads). */
-tsr_status_t tsr_bench_sgemm(int n, int reps, double *out_gflops);
+/* OpenBLAS cblas_sgemm on n x n x n with `threads` of OpenBLAS's own
+ * threads (set back to one after: the runtime calls it from its pool). */
+tsr_status_t tsr_bench_sgemm(int n, int threads, int reps, double *out_gflops);
 /* Median seconds of tsr_qgemm on random int8 data of the given shape. */
 tsr_status_t tsr_bench_qgemm(tsr_threadpool_t *pool, tsr_isa_t isa, tsr_bench_shape_t shape,
                              int reps, double *out_seconds);

@@ -220,8 +220,11 @@ tsr_status_t tsr_context_create(const tsr_context_options_t *opts, tsr_context_t
     return tsr_status_annotate(s, "context");
   }
   ctx->isa = tsr_isa_detect();
-  /* OpenBLAS runs the fp32 matmuls with as many threads as we were given. */
-  openblas_set_num_threads(ctx->n_threads);
+  /* The fp32 matmuls call OpenBLAS from the pool's tasks, one slice of the
+   * weights each, OpenBLAS single-threaded (exec.c host_sgemm): one set of
+   * threads for every op of a pass (stories15M fp32 prefill 1.6x faster
+   * than with OpenBLAS's own threads beside the pool's, measured). */
+  openblas_set_num_threads(1);
   *out = ctx;
   return TSR_OK;
 }

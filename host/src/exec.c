@@ -574,6 +574,44 @@ static tsr_status_t launch_complete(tsr_exec_t *o, launch_ctx_t *lc, tsr_status_
 
 /* ---- matmul groups ---- */
 
+/* fp32 BLAS on the pool: each task one slice of W's rows (the output's
+ * columns), OpenBLAS single-threaded inside it, so one set of threads runs
+ * every op of a pass (OpenBLAS's own threads would spin and yield against
+ * the pool's). Each output element is one BLAS dot product either way. */
+typedef struct {
+  const tsr_linear_t *w;
+  int32_t rows, slice;
+  const float *x;
+  float *out;
+} sgemm_args_t;
+
+static void sgemm_task(void *arg, int task, int thread) {
+  (void)thread;
+  const sgemm_args_t *a = arg;
+  const int32_t n0 = task * a->slice;
+  const int32_t n = a->w->rows - n0 < a->slice ? a->w->rows - n0 : a->slice;
+  if (n <= 0) return;
+  const float *w = a->w->f32 + (size_t)n0 * a->w->cols;
+  if (a->rows == 1)
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, a->w->cols, 1.0f, w, a->w->cols, a->x, 1, 0.0f,
+                a->out + n0, 1);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->rows, n, a->w->cols, 1.0f, a->x,
+                a->w->cols, w, a->w->cols, 0.0f, a->out + n0, a->w->rows);
+}
+
+static void host_sgemm(tsr_exec_t *o, const tsr_linear_t *w, int32_t rows, const float *x,
+                       float *out) {
+  const int nt = tsr_threadpool_size(o->ctx->pool);
+  /* slices of whole 64-byte lines of output, at least 64 columns each */
+  int32_t slice = (w->rows + nt - 1) / nt;
+  slice = (slice + 15) / 16 * 16;
+  if (slice < 64) slice = 64;
+  const int tasks = (w->rows + slice - 1) / slice;
+  sgemm_args_t a = {w, rows, slice, x, out};
+  tsr_threadpool_run(o->ctx->pool, tasks, sgemm_task, &a);
+}
+
 /* One member on the host, rows [r0, r0+rows): int8 kernel and
  * dequantization, the fp16/bf16 kernels, or fp32 BLAS. */
 static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t r0, int32_t rows,
@@ -597,13 +635,8 @@ static void host_matmul(tsr_exec_t *o, const tsr_node_t *n, int32_t r0, int32_t 
     tsr_hgemm_bf16(o->ctx->pool, o->hkern, out + (size_t)r0 * w->rows, (size_t)w->rows,
                    sc->xh + (size_t)r0 * w->cols, (size_t)w->cols, w->bf16, (size_t)w->cols,
                    rows, w->rows, w->cols);
-  } else if (rows == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, w->rows, w->cols, 1.0f, w->f32, w->cols,
-                x + (size_t)r0 * w->cols, 1, 0.0f, out + (size_t)r0 * w->rows, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, w->rows, w->cols, 1.0f,
-                x + (size_t)r0 * w->cols, w->cols, w->f32, w->cols, 0.0f,
-                out + (size_t)r0 * w->rows, w->rows);
+    host_sgemm(o, w, rows, x + (size_t)r0 * w->cols, out + (size_t)r0 * w->rows);
   }
 }
 
