@@ -16,6 +16,8 @@ static const uint8_t empty_file[1];
 tsr_status_t tsr_file_map(const char *path, tsr_mapped_file_t *out) {
   out->data = NULL;
   out->size = 0;
+  out->fd = -1;
+  out->has_fd = false;
   if (!path) return TSR_ERR(INVALID_ARGUMENT, "file path is NULL");
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -46,19 +48,39 @@ tsr_status_t tsr_file_map(const char *path, tsr_mapped_file_t *out) {
   }
   void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;
-  /* The mapping keeps its own reference to the file. */
-  close(fd);
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    close(fd);
     return TSR_ERR(IO, "%s: cannot map %lld bytes: %s", path, (long long)st.st_size,
                    strerror(e));
+  }
   out->data = p;
   out->size = (size_t)st.st_size;
+  out->fd = fd;
+  out->has_fd = true;
   return TSR_OK;
+}
+
+bool tsr_file_pread(const tsr_mapped_file_t *f, const void *at, size_t n, void *dst) {
+  if (!f->has_fd || n == 0) return false;
+  const uint8_t *p = at;
+  if (p < f->data || (size_t)(p - f->data) > f->size || n > f->size - (size_t)(p - f->data))
+    return false;
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = pread(f->fd, (uint8_t *)dst + done, n - done, (off_t)(p - f->data + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += (size_t)r;
+  }
+  return true;
 }
 
 void tsr_file_unmap(tsr_mapped_file_t *f) {
   if (!f) return;
   if (f->data && f->size > 0) munmap((void *)f->data, f->size);
+  if (f->has_fd) close(f->fd);
   f->data = NULL;
   f->size = 0;
+  f->fd = -1;
+  f->has_fd = false;
 }

@@ -94,10 +94,28 @@ static void view_drop_rows(const tsr_tensor_view_t *v, int64_t r0, int64_t r1) {
   if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+/* A token's row, read from the file with pread when it can be (the table
+ * is read a row per token, and a fault on the mapping would map the pages
+ * around the row too, so the resident set would grow by some 64 KiB per new
+ * token); else from the mapping. */
 void tsr_model_embed(const tsr_model_t *m, int32_t token, float *out) {
   const int32_t dim = m->cfg.dim;
+  const tsr_tensor_view_t *v = &m->tok_embd_src;
+  uint64_t off = 0, n = 0;
+  uint8_t row[16384];
+  if (tsr_dtype_nbytes(v->type, (uint64_t)token * (uint64_t)dim, &off) &&
+      tsr_dtype_nbytes(v->type, (uint64_t)dim, &n) && n <= sizeof row &&
+      tsr_file_pread(&m->file->file, (const uint8_t *)v->data + off, (size_t)n, row)) {
+    if (v->type == TSR_DTYPE_F32) {
+      memcpy(out, row, sizeof(float) * (size_t)dim);
+      return;
+    }
+    const tsr_tensor_view_t one = {v->type, 1, dim, row};
+    view_convert(&one, 0, (size_t)dim, out);
+    return;
+  }
   if (m->tok_embd) memcpy(out, m->tok_embd + (size_t)token * dim, sizeof(float) * dim);
-  else view_convert(&m->tok_embd_src, (size_t)token * dim, (size_t)dim, out);
+  else view_convert(v, (size_t)token * dim, (size_t)dim, out);
 }
 
 static tsr_status_t vector_to_f32(tsr_model_t *m, const tsr_tensor_view_t *v,

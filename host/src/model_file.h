@@ -10,6 +10,7 @@
 #define TSR_MODEL_FILE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tessera.h"
@@ -24,15 +25,23 @@ typedef enum tsr_dtype {
 
 const char *tsr_dtype_name(tsr_dtype_t t);
 
-/* A read-only memory-mapped file. */
+/* A read-only memory-mapped file, and its descriptor kept open (has_fd) for
+ * rows read one at a time with pread, which puts no page in the process's
+ * resident set (a fault on the mapping maps its neighbours too). */
 typedef struct tsr_mapped_file {
   const uint8_t *data;
   size_t size;
+  int fd;
+  bool has_fd;
 } tsr_mapped_file_t;
 
 /* Maps `path` read-only. NOT_FOUND / IO statuses name the path. */
 tsr_status_t tsr_file_map(const char *path, tsr_mapped_file_t *out);
 void tsr_file_unmap(tsr_mapped_file_t *f);
+/* Reads the n bytes at `at` (inside the mapping) with pread into dst; false
+ * when the file has no descriptor, the range is outside it, or the read
+ * fails (the caller reads the mapping instead). */
+bool tsr_file_pread(const tsr_mapped_file_t *f, const void *at, size_t n, void *dst);
 
 /* A matrix (rows x cols, row-major, a row is contiguous) or vector
  * (rows == 1) inside the mapped file. For Q8_0, cols % 32 == 0. */
