@@ -398,6 +398,30 @@ static void peer_done(peer_result_t *pr, int reps, double *pp, double *tg) {
   pr->tg_tps = cli_median(tg, reps);
 }
 
+/* Loads `path` and creates a session `runs` times (1..LOAD_MAX_RUNS),
+ * timing each; *load_ms = the median; the last model and session are kept
+ * in *m and *sess (NULL on an error). */
+static tsr_status_t timed_loads(tsr_context_t *ctx, const char *path,
+                                const tsr_session_options_t *so, int runs, double *load_ms,
+                                tsr_model_t **m, tsr_session_t **sess) {
+  double lt[LOAD_MAX_RUNS];
+  tsr_status_t s = TSR_OK;
+  *m = NULL, *sess = NULL;
+  for (int l = 0; l < runs && !s; l++) {
+    const double t0 = cli_now_s();
+    s = tsr_model_load(ctx, path, NULL, m);
+    if (!s) s = tsr_session_create(*m, so, sess);
+    lt[l] = (cli_now_s() - t0) * 1e3;
+    if (l + 1 < runs || s) {
+      tsr_session_destroy(*sess);
+      tsr_model_destroy(*m);
+      *sess = NULL, *m = NULL;
+    }
+  }
+  if (!s) *load_ms = cli_median(lt, runs);
+  return s;
+}
+
 /* tessera at `prec` on another file of the model (`path`: its q8_0, F16
  * or BF16 weights), load timed, then `reps` repetitions, each followed by
  * the peer's run on that file when there is a peer. */
@@ -418,22 +442,8 @@ static tsr_status_t bench_typed(tsr_context_t *ctx, const model_bench_t *o,
   tsr_session_options_t so;
   tsr_session_options_init(&so);
   so.precision = prec;
-  double lt[LOAD_MAX_RUNS];
-  for (int l = 0; l < r->load_runs && !s; l++) {
-    const double t0 = cli_now_s();
-    s = tsr_model_load(ctx, path, NULL, &m);
-    if (!s) s = tsr_session_create(m, &so, &sess);
-    lt[l] = (cli_now_s() - t0) * 1e3;
-    if (l + 1 < r->load_runs || s) {
-      tsr_session_destroy(sess);
-      tsr_model_destroy(m);
-      sess = NULL, m = NULL;
-    }
-  }
-  if (!s) {
-    *load_ms = cli_median(lt, r->load_runs);
-    bench_tokens(toks, n_prompt, vocab);
-  }
+  if (!s) s = timed_loads(ctx, path, &so, r->load_runs, load_ms, &m, &sess);
+  if (!s) bench_tokens(toks, n_prompt, vocab);
   for (int rep = 0; rep < reps && !s; rep++) {
     tsr_session_reset(sess);
     const float *logits = NULL;
@@ -526,19 +536,7 @@ static tsr_status_t bench_model(tsr_context_t *ctx, const char *path, const mode
     tsr_session_options_init(&so);
     so.precision = prec ? TSR_PRECISION_INT8 : TSR_PRECISION_FP32;
     tsr_session_t *sess = NULL;
-    double lt[LOAD_MAX_RUNS];
-    for (int l = 0; l < r->load_runs && !s; l++) {
-      const double t0 = cli_now_s();
-      s = tsr_model_load(ctx, path, NULL, &m);
-      if (!s) s = tsr_session_create(m, &so, &sess);
-      lt[l] = (cli_now_s() - t0) * 1e3;
-      if (l + 1 < r->load_runs || s) {
-        tsr_session_destroy(sess);
-        tsr_model_destroy(m);
-        sess = NULL, m = NULL;
-      }
-    }
-    if (!s) r->load_ms[prec] = cli_median(lt, r->load_runs);
+    s = timed_loads(ctx, path, &so, r->load_runs, &r->load_ms[prec], &m, &sess);
     for (int rep = 0; rep < reps && !s; rep++) {
       tsr_session_reset(sess);
       const float *logits = NULL;
