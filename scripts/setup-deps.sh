@@ -9,7 +9,7 @@ set -eu
 
 [ "${TSR_SKIP_DEPS:-0}" = 1 ] && exit 0
 
-PKGS="build-essential clang libclang-rt-14-dev libtsan2 pkg-config python3 curl libopenblas-dev libcunit1-dev \
+PKGS="build-essential clang libclang-rt-14-dev libtsan2 pkg-config python3 curl time libopenblas-dev libcunit1-dev \
 verilator iverilog yosys \
 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo \
 libusb-1.0-0-dev umockdev libumockdev-dev zlib1g-dev \
