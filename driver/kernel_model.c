@@ -196,6 +196,54 @@ static double km_last_done(const km_sim_t *s, unsigned p) {
   return s->port[p].done[(s->port[p].head + KM_OUTSTANDING - 1) % KM_OUTSTANDING];
 }
 
+/* The compute side of the step pipeline, shared by GEMM and GEMM_BSR: the
+ * cycle the last step finished, the output bank's and the writer's state,
+ * the stall count. */
+typedef struct {
+  double t0;       /* the loader's start                                */
+  double prev_f;   /* finishing cycle of the last step                  */
+  double out_free; /* output bank free (writer drained)                 */
+  double wfree, resp;
+  double stall;
+  bool any;        /* a step has issued                                 */
+} km_issue_t;
+
+static void km_issue_init(km_issue_t *q, double t0) {
+  memset(q, 0, sizeof *q);
+  q->t0 = t0;
+  q->prev_f = t0;
+}
+
+/* One step pushed by the loader at `pushed` (segs: it loaded segments, so
+ * its data is seen a cycle after the last one's completion), computing
+ * `comp` cycles; a tile's last step waits for the output bank, then its
+ * rows (ml rows of row_bytes at c_addr, ldc apart) go to the writer five
+ * cycles after. Returns the step's finishing cycle. */
+static double km_issue_step(km_sim_t *s, km_issue_t *q, double pushed, bool segs, uint64_t comp,
+                            bool last, uint64_t c_addr, uint64_t ldc, uint64_t ml,
+                            uint64_t row_bytes) {
+  double ready = pushed + 1;
+  if (segs && ready < s->last_done + 1) ready = s->last_done + 1;
+  double start = ready > q->prev_f ? ready : q->prev_f;
+  if (q->any && start > q->prev_f) q->stall += start - q->prev_f;
+  if (!q->any && start > q->t0) q->stall += start - q->t0 - 1; /* cycles before the first */
+  double f = start + (double)comp;
+  if (last && f < q->out_free) f = q->out_free;
+  q->prev_f = f;
+  q->any = true;
+  if (last) {
+    double h = km_write_rows(s, c_addr, ldc, ml, row_bytes, f + 6, &q->wfree, &q->resp);
+    q->out_free = h + 1;
+  }
+  return f;
+}
+
+/* The cycle the last write response or read completed. */
+static double km_issue_end(const km_sim_t *s, const km_issue_t *q) {
+  double end = q->resp > q->prev_f ? q->resp : q->prev_f;
+  return end < s->last_done ? s->last_done : end;
+}
+
 /* Cycles of one GEMM from the loader's start to the end of its barrier. */
 static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d, double t0) {
   uint64_t rows, cols, bus, kchunk;
@@ -212,12 +260,8 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
   double L = t0;                    /* loader in LPrep                     */
   double slot_a[2] = {0, 0}, slot_w[2] = {0, 0}; /* free from this cycle   */
   int sa = 0, sw = 0;
-  double prev_f = t0;               /* finishing cycle of the last step    */
-  bool any = false;
-  double out_free = 0;              /* output bank free (writer drained)   */
-  double wfree = 0, resp = 0;
-  double stall = 0;
-  double lanes = (double)(gemv ? rows : 1);
+  km_issue_t q;
+  km_issue_init(&q, t0);
   for (uint64_t m0 = 0; m0 < m; m0 += mrows) {
     uint64_t ml = gemv ? 1 : (m - m0 < rows ? m - m0 : rows);
     for (uint64_t n0 = 0; n0 < n; n0 += cols) {
@@ -247,35 +291,18 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
           }
         double pushed = segs ? last_hs + 1 : L + 1; /* LPush */
         L = pushed + 2;                             /* LNext, then LPrep */
-        /* compute: record visible after LPush, data seen a cycle after
-         * the last segment's completion */
-        double ready = pushed + 1;
-        if (segs && ready < s.last_done + 1) ready = s.last_done + 1;
-        double start = ready > prev_f ? ready : prev_f;
-        if (any && start > prev_f) stall += start - prev_f;
-        if (!any && start > t0) stall += start - t0 - 1; /* cycles before the first */
+        /* compute: record visible after LPush */
         uint64_t comp = gemv ? (kc + rows - 1) / rows : kc;
-        double f = start + (double)comp;
-        bool last = k0 + kc == k;
-        if (last && f < out_free) f = out_free;
-        (void)lanes;
-        prev_f = f;
-        any = true;
+        double f = km_issue_step(&s, &q, pushed, segs, comp, k0 + kc == k,
+                                 d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl);
         slot_a[sa] = f + 1;
         slot_w[sw] = f + 1;
-        if (last) {
-          double h = km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
-                                   f + 6, &wfree, &resp);
-          out_free = h + 1;
-        }
       }
     }
   }
-  double end = resp > prev_f ? resp : prev_f;
-  if (end < s.last_done) end = s.last_done;
   km_desc_time_t r;
-  r.cycles = (uint64_t)(end - t0 + 0.999) + 1;
-  r.stall = (uint64_t)(stall + 0.5);
+  r.cycles = (uint64_t)(km_issue_end(&s, &q) - t0 + 0.999) + 1;
+  r.stall = (uint64_t)(q.stall + 0.5);
   return r;
 }
 
@@ -287,12 +314,6 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
  * count's reads (before the count's result), each next one as the first
  * segment of the tile row before it, so its latency hides behind that
  * row's loads. */
-static uint64_t bsr_popcount8(unsigned v) {
-  uint64_t c = 0;
-  for (; v; v &= v - 1) c++;
-  return c;
-}
-
 /* Stored tiles of bitmap row `row` in k tiles [t0, t1). */
 static uint64_t bsr_stored(const uint8_t *row, uint32_t t0, uint32_t t1) {
   uint64_t c = 0;
@@ -314,7 +335,7 @@ static uint32_t bsr_check_bits(const tsr_desc_t *d, const uint8_t *bm) {
         if (v & ~last_mask) return TSR_HWERR_BAD_COUNT; /* a tile past K */
         v &= last_mask;
       }
-      total += bsr_popcount8(v);
+      total += (uint64_t)__builtin_popcount(v);
     }
   }
   return total == d->w_cstride ? TSR_HWERR_OK : TSR_HWERR_BAD_COUNT;
@@ -356,8 +377,8 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
   double L = t0;
   double slot_a[2] = {0, 0}, slot_w[2] = {0, 0};
   int sa = 0, sw = 0;
-  double prev_f = t0, out_free = 0, wfree = 0, resp = 0, stall = 0;
-  bool any = false;
+  km_issue_t q;
+  km_issue_init(&q, t0);
   for (uint64_t m0 = 0; m0 < m; m0 += mrows) {
     const uint64_t ml = gemv ? 1 : (m - m0 < rows ? m - m0 : rows);
     bool a_held = false;  /* the m block's A chunk is in its slot (kfits) */
@@ -387,9 +408,9 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
             prefetched = true;
           }
           L = hs + 3;
-          double at = L > prev_f + 6 ? L : prev_f + 6;
-          km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl, at, &wfree,
-                        &resp);
+          double at = L > q.prev_f + 6 ? L : q.prev_f + 6;
+          km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl, at, &q.wfree,
+                        &q.resp);
           continue;
         }
         for (uint64_t t0k = 0; t0k < nkt; t0k += ktc) {
@@ -441,32 +462,18 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
           acc->macs += ml * nl * kin;
           double pushed = (segs || prefetched) ? last_hs + 1 : L + 1;
           L = pushed + 2;
-          double ready = pushed + 1;
-          if (segs && ready < s.last_done + 1) ready = s.last_done + 1;
-          double start = ready > prev_f ? ready : prev_f;
-          if (any && start > prev_f) stall += start - prev_f;
-          if (!any && start > t0) stall += start - t0 - 1;
-          double f = start + (double)comp;
-          if (last && f < out_free) f = out_free;
-          prev_f = f;
-          any = true;
+          double f = km_issue_step(&s, &q, pushed, segs, comp, last,
+                                   d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl);
           slot_a[sa] = f + 1;
           slot_w[sw] = f + 1;
-          if (last) {
-            double h = km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
-                                     f + 6, &wfree, &resp);
-            out_free = h + 1;
-            break;
-          }
+          if (last) break;
         }
       }
       first += stored;
     }
   }
-  double end = resp > prev_f ? resp : prev_f;
-  if (end < s.last_done) end = s.last_done;
-  acc->cycles += (uint64_t)(end + 0.999) + 1;
-  acc->stall_cycles += (uint64_t)(stall + 0.5);
+  acc->cycles += (uint64_t)(km_issue_end(&s, &q) + 0.999) + 1;
+  acc->stall_cycles += (uint64_t)(q.stall + 0.5);
   acc->bytes_wr += m * n * 4;
   return TSR_HWERR_OK;
 }
@@ -682,11 +689,13 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
         break;
       }
       const uint8_t *bm = mem->data + (d.w_addr - mem->base);
-      tsr_km_estimate_t cnt = {0};
-      status = tsr_km_bsr_count(t, &d, bm, &cnt);
+      /* the count and, when it passes, the walk's estimate, which reads the
+       * bitmaps before C may overwrite them; a refusal costs the count */
+      tsr_km_estimate_t est = {0};
+      status = km_bsr(t, &d, bm, true, &est);
       if (status != TSR_HWERR_OK) {
-        e.cycles += cnt.cycles;
-        e.bytes_rd += cnt.bytes_rd;
+        e.cycles += est.cycles;
+        e.bytes_rd += est.bytes_rd;
         break;
       }
       if (!tsr_km_inside(d.a_addr, a_len, mem->base, mem->size) ||
@@ -695,9 +704,6 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
         status = TSR_HWERR_AXI_ERROR;
         break;
       }
-      /* the estimate reads the bitmaps before C may overwrite them */
-      tsr_km_estimate_t est = {0};
-      km_bsr(t, &d, bm, true, &est);
       status = run_bsr(&d, mem, pool, isa);
       if (status != TSR_HWERR_OK) break;
       e.cycles += est.cycles;
