@@ -80,12 +80,31 @@ static void tsr_log(__global uint *regs, uint index, uint kind, __global const u
     for (int i = 0; i < TSR_HW_DESC_BYTES; i++) e[16 + i] = desc[i];
 }
 
+/* A descriptor that passed every check: logged, its written bytes and MACs
+ * counted, done, and handed to tsr_gemm as `opcode`. */
+static void tsr_accept(__global uint *regs, uint index, uint kind, __global const uchar *plan,
+                       ulong bytes_wr, ulong macs, uint opcode) {
+  tsr_log(regs, index, kind, plan);
+  TSR_U64(TSR_STAT_BYTES_WR) += bytes_wr;
+  TSR_U64(TSR_STAT_MACS) += macs;
+  TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
+  TSR_U32(TSR_CL_PLAN) = opcode;
+}
+
 static void tsr_stop(__global uint *regs, uint status, uint index) {
   TSR_U32(TSR_STAT_STATUS) = status;
   TSR_U32(TSR_STAT_ERR_INDEX) = index;
   TSR_U32(TSR_STAT_DESC_DONE) = index;
   TSR_U32(TSR_CL_STOPPED) = 1;
   TSR_U32(TSR_CL_PLAN) = 0;
+}
+
+/* A descriptor refused (or a fetch that failed): logged as `kind`, the
+ * launch stopped with `status` at it. */
+static void tsr_refuse(__global uint *regs, uint index, uint kind, __global const uchar *plan,
+                       uint status) {
+  tsr_log(regs, index, kind, plan);
+  tsr_stop(regs, status, index);
 }
 
 /* W's layout (hw/regmap.def W_NCH, W_CSTRIDE): channel count, row address
@@ -227,8 +246,7 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
 
   ulong da = ring + (ulong)index * TSR_HW_DESC_BYTES;
   if (!tsr_inside(da, TSR_HW_DESC_BYTES, origin, phys)) {
-    tsr_log(regs, index, TSR_CL_LOG_FETCH_FAILED, 0);
-    tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+    tsr_refuse(regs, index, TSR_CL_LOG_FETCH_FAILED, 0, TSR_HWERR_AXI_ERROR);
     return;
   }
   __global uchar *plan = (__global uchar *)regs + TSR_CL_DESC;
@@ -237,8 +255,7 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
 
   uint st = tsr_check_desc(plan, mem_base, mem_size);
   if (st != TSR_HWERR_OK) {
-    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
-    tsr_stop(regs, st, index);
+    tsr_refuse(regs, index, TSR_CL_LOG_REFUSED, 0, st);
     return;
   }
   if (tsr_le32(plan + TSR_DESC_OPCODE) == TSR_OP_NOP) {
@@ -255,44 +272,34 @@ __kernel void tsr_fetch(ulong mem_base, ulong mem_size, ulong ring, uint n_desc,
   if (tsr_le32(plan + TSR_DESC_OPCODE) == TSR_OP_GEMM_BSR_I8_I32) {
     /* the bitmaps are read (and counted) before any tile */
     if (!tsr_inside(w, tsr_bsr_span(plan), origin, phys)) {
-      tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
-      tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+      tsr_refuse(regs, index, TSR_CL_LOG_REFUSED, 0, TSR_HWERR_AXI_ERROR);
       return;
     }
     ulong elems = 0;
     uint cs = tsr_bsr_count(plan, mem + (w - origin), &elems);
     if (cs != TSR_HWERR_OK) {
-      tsr_log(regs, index, TSR_CL_LOG_BSR_COUNT, plan);
-      tsr_stop(regs, cs, index);
+      tsr_refuse(regs, index, TSR_CL_LOG_BSR_COUNT, plan, cs);
       return;
     }
     ulong t_len = (ulong)tsr_le32(plan + TSR_DESC_BSR_NNZ) * TSR_HW_BSR_BN * tsr_bsr_bk(plan);
     if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
         !tsr_inside(tsr_bsr_tiles(plan), t_len, origin, phys) ||
         !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
-      tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
-      tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+      tsr_refuse(regs, index, TSR_CL_LOG_REFUSED, 0, TSR_HWERR_AXI_ERROR);
       return;
     }
-    tsr_log(regs, index, TSR_CL_LOG_BSR, plan);
-    TSR_U64(TSR_STAT_BYTES_WR) += (ulong)m * n * 4;
-    TSR_U64(TSR_STAT_MACS) += (ulong)m * elems;
-    TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
-    TSR_U32(TSR_CL_PLAN) = TSR_OP_GEMM_BSR_I8_I32;
+    tsr_accept(regs, index, TSR_CL_LOG_BSR, plan, (ulong)m * n * 4, (ulong)m * elems,
+               TSR_OP_GEMM_BSR_I8_I32);
     return;
   }
   if (!tsr_inside(a, (m - 1) * lda + k, origin, phys) ||
       !tsr_inside(w, tsr_w_len(plan), origin, phys) ||
       !tsr_inside(c, (m - 1) * ldc + 4ul * n, origin, phys)) {
-    tsr_log(regs, index, TSR_CL_LOG_REFUSED, 0);
-    tsr_stop(regs, TSR_HWERR_AXI_ERROR, index);
+    tsr_refuse(regs, index, TSR_CL_LOG_REFUSED, 0, TSR_HWERR_AXI_ERROR);
     return;
   }
-  tsr_log(regs, index, TSR_CL_LOG_GEMM, plan);
-  TSR_U64(TSR_STAT_BYTES_WR) += (ulong)m * n * 4;
-  TSR_U64(TSR_STAT_MACS) += (ulong)m * n * k;
-  TSR_U32(TSR_STAT_DESC_DONE) = index + 1;
-  TSR_U32(TSR_CL_PLAN) = TSR_OP_GEMM_I8_I32;
+  tsr_accept(regs, index, TSR_CL_LOG_GEMM, plan, (ulong)m * n * 4, (ulong)m * n * k,
+             TSR_OP_GEMM_I8_I32);
 }
 
 static int tsr_hsum16(int16 v) {
