@@ -104,6 +104,16 @@ tsr_status_t tsr_tile_bsr_pack(const int8_t *w, int32_t n, int32_t k, uint32_t b
     return TSR_ERR(RESOURCE_EXHAUSTED, "block-sparse layout of %d chunks", chunks);
   }
   b->chunks = chunks;
+  /* which tiles hold a non-zero, once for the sizes and the image */
+  const int32_t ntr_all = (int32_t)tsr_bsr_tile_rows((uint32_t)n);
+  uint8_t *nzmap = malloc((size_t)ntr_all * (size_t)nkt + 1);
+  if (!nzmap) {
+    tsr_tile_bsr_free(b);
+    return TSR_ERR(RESOURCE_EXHAUSTED, "block-sparse tile map of %d x %d", ntr_all, nkt);
+  }
+  for (int32_t g = 0; g < ntr_all; g++)
+    for (int32_t t = 0; t < nkt; t++)
+      nzmap[(size_t)g * (size_t)nkt + (size_t)t] = tile_nonzero(w, n, k, (int32_t)bk, g, t);
   /* sizes first: per chunk its bitmaps, padding, tiles */
   uint64_t at = 0;
   for (int32_t c = 0; c < chunks; c++) {
@@ -113,7 +123,7 @@ tsr_status_t tsr_tile_bsr_pack(const int8_t *w, int32_t n, int32_t k, uint32_t b
     uint64_t nz = 0;
     for (int32_t tr = 0; tr < ntr; tr++)
       for (int32_t t = 0; t < nkt; t++)
-        nz += tile_nonzero(w, n, k, (int32_t)bk, n0 / (int32_t)BN + tr, t);
+        nz += nzmap[(size_t)(n0 / (int32_t)BN + tr) * (size_t)nkt + (size_t)t];
     b->off[c] = at;
     b->nnz[c] = (uint32_t)nz;
     b->stored += nz;
@@ -124,6 +134,7 @@ tsr_status_t tsr_tile_bsr_pack(const int8_t *w, int32_t n, int32_t k, uint32_t b
   b->bytes = at ? at : 64;
   uint8_t *img = calloc(1, (size_t)b->bytes);
   if (!img) {
+    free(nzmap);
     tsr_tile_bsr_free(b);
     return TSR_ERR(RESOURCE_EXHAUSTED, "block-sparse weights of %" PRIu64 " bytes", at);
   }
@@ -136,7 +147,7 @@ tsr_status_t tsr_tile_bsr_pack(const int8_t *w, int32_t n, int32_t k, uint32_t b
     for (int32_t tr = 0; tr < ntr; tr++) {
       const int32_t g = n0 / (int32_t)BN + tr; /* tile row in the matrix */
       for (int32_t t = 0; t < nkt; t++) {
-        if (!tile_nonzero(w, n, k, (int32_t)bk, g, t)) continue;
+        if (!nzmap[(size_t)g * (size_t)nkt + (size_t)t]) continue;
         bm[(size_t)tr * b->ldb + (size_t)t / 8] |= (uint8_t)(1u << (t % 8));
         const int32_t kl = k - t * (int32_t)BK < (int32_t)BK ? k - t * (int32_t)BK : (int32_t)BK;
         for (int32_t j = 0; j < (int32_t)BN && g * (int32_t)BN + j < n; j++)
@@ -146,6 +157,7 @@ tsr_status_t tsr_tile_bsr_pack(const int8_t *w, int32_t n, int32_t k, uint32_t b
       }
     }
   }
+  free(nzmap);
   *out = img;
   return TSR_OK;
 }
