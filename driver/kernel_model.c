@@ -61,13 +61,13 @@ uint64_t tsr_km_launch_cycles(const tsr_km_timing_t *t) {
   return 1;
 }
 
-static void add_fetch(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
+void tsr_km_estimate_fetch(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
   acc->cycles += t->mem_latency + 8;
   acc->bytes_rd += TSR_HW_DESC_BYTES;
 }
 
 void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
-  add_fetch(t, acc);
+  tsr_km_estimate_fetch(t, acc);
   acc->cycles += 2;
 }
 
@@ -480,7 +480,7 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
 
 void tsr_km_estimate_bsr_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
                               const uint8_t *bitmap, tsr_km_estimate_t *acc) {
-  add_fetch(t, acc);
+  tsr_km_estimate_fetch(t, acc);
   km_bsr(t, d, bitmap, true, acc);
 }
 
@@ -492,7 +492,7 @@ uint32_t tsr_km_bsr_count(const tsr_km_timing_t *t, const tsr_desc_t *d, const u
 
 static void estimate_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
                           tsr_km_estimate_t *acc) {
-  add_fetch(t, acc);
+  tsr_km_estimate_fetch(t, acc);
   uint64_t rows, cols, bus, kchunk;
   geometry(t, &rows, &cols, &bus, &kchunk);
   uint64_t m = d->m, n = d->n, k = d->k;
@@ -672,7 +672,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
     tsr_desc_unpack(&d, mem->data + (da - mem->base));
     status = tsr_km_check_desc_ops(&d, wb, ws, (uint32_t)ports_of(t), t->ops);
     if (status != TSR_HWERR_OK) {
-      add_fetch(t, &e);
+      tsr_km_estimate_fetch(t, &e);
       break;
     }
     if (d.opcode == TSR_OP_NOP) {
@@ -683,7 +683,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
       uint64_t a_len = (uint64_t)(d.m - 1) * d.lda + d.k;
       uint64_t c_len = (uint64_t)(d.m - 1) * d.ldc + 4ull * d.n;
       uint64_t t_len = (uint64_t)d.w_cstride * tsr_bsr_tile_bytes(tsr_desc_bsr_bk(&d));
-      add_fetch(t, &e);
+      tsr_km_estimate_fetch(t, &e);
       if (!tsr_km_inside(d.w_addr, tsr_bsr_bitmap_span(&d), mem->base, mem->size)) {
         status = TSR_HWERR_AXI_ERROR;
         break;
@@ -721,7 +721,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
         !tsr_km_inside(d.w_addr, w_len, mem->base, mem->size) ||
         !tsr_km_inside(d.c_addr, c_len, mem->base, mem->size)) {
       status = TSR_HWERR_AXI_ERROR;
-      add_fetch(t, &e);
+      tsr_km_estimate_fetch(t, &e);
       break;
     }
     const int8_t *a = (const int8_t *)(mem->data + (d.a_addr - mem->base));
@@ -735,7 +735,7 @@ void tsr_km_execute(const tsr_km_timing_t *t, const tsr_km_memory_t *mem,
       int8_t *wg = malloc((size_t)d.n * d.k);
       if (!wg) {
         status = TSR_HWERR_AXI_ERROR; /* the model ran out of host memory */
-        add_fetch(t, &e);
+        tsr_km_estimate_fetch(t, &e);
         break;
       }
       for (uint32_t r = 0; r < d.n; r++)

@@ -145,6 +145,9 @@ void tsr_km_estimate_gemm(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint
 void tsr_km_estimate_gemm_desc(const tsr_km_timing_t *t, const tsr_desc_t *d,
                                tsr_km_estimate_t *acc);
 void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc);
+/* A descriptor fetched and decoded (then refused): memory latency + decode,
+ * its bytes read. */
+void tsr_km_estimate_fetch(const tsr_km_timing_t *t, tsr_km_estimate_t *acc);
 /* A GEMM_BSR descriptor that passed the checks: `bitmap` is a host copy of
  * its bitmaps (row r at bitmap + r*BSR_LDB, tsr_bsr_bitmap_span bytes,
  * borrowed). */

@@ -926,16 +926,14 @@ static void finish_cmd(ocl_device_t *dev, const ocl_cmd_t *c, tsr_hal_result_t *
         if (tsr_get_le32(le) == TSR_CL_LOG_BSR) {
           tsr_km_estimate_bsr_desc(t, &d, bm, &e);
         } else {
-          e.cycles += t->mem_latency + 8;
-          e.bytes_rd += TSR_HW_DESC_BYTES;
+          tsr_km_estimate_fetch(t, &e);
           tsr_km_bsr_count(t, &d, bm, &e);
         }
         free(bm);
         break;
       }
       case TSR_CL_LOG_REFUSED: /* fetched (latency + decode), then stopped */
-        e.cycles += t->mem_latency + 8;
-        e.bytes_rd += TSR_HW_DESC_BYTES;
+        tsr_km_estimate_fetch(t, &e);
         break;
       case TSR_CL_LOG_FETCH_FAILED: /* the read itself answered DECERR */
         e.cycles += t->mem_latency;

@@ -545,10 +545,13 @@ __attribute__((target("f16c,avx"))) static void f16_row_f16c(float *dst, const u
 
 /* F16C where the context's ISA is AVX2 or more (its detection checked the
  * OS saves ymm state) and the CPU has the F16C bit (CPUID 1, ECX bit 29). */
-static f16_row_fn f16_row(tsr_isa_t isa) {
+static bool avx2_f16c(tsr_isa_t isa) {
   unsigned a = 0, b = 0, c = 0, d = 0;
-  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
-  return f16c && isa >= TSR_ISA_AVX2 ? f16_row_f16c : f16_row_portable;
+  return isa >= TSR_ISA_AVX2 && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
+static f16_row_fn f16_row(tsr_isa_t isa) {
+  return avx2_f16c(isa) ? f16_row_f16c : f16_row_portable;
 }
 #else
 static f16_row_fn f16_row(tsr_isa_t isa) {
@@ -670,9 +673,7 @@ __attribute__((target("avx2,f16c"))) static void attn_task_avx2(void *arg, int t
 
 static tsr_task_fn attn_fn(tsr_isa_t isa) {
 #ifdef TSR_FWD_X86
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
-  if (isa >= TSR_ISA_AVX2 && f16c) return attn_task_avx2;
+  if (avx2_f16c(isa)) return attn_task_avx2;
 #else
   (void)isa;
 #endif
