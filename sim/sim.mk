@@ -19,7 +19,7 @@ RTL_ROWS   ?= 16
 RTL_COLS   ?= 16
 RTL_PORTS  ?= 1
 RTL_SV     := $(sort $(wildcard hw/rtl/*.sv))
-RTL_DEPS   := $(RTL_SV) hw/rtl/tsr_regs_pkg.svh
+RTL_DEPS   := $(RTL_SV) $(wildcard hw/rtl/*.svh)
 RTL_GEOM   := -GRows=$(RTL_ROWS) -GCols=$(RTL_COLS) -GNumPorts=$(RTL_PORTS)
 RTL_NAME   := $(RTL_ROWS)x$(RTL_COLS)$(if $(filter-out 1,$(RTL_PORTS)),p$(RTL_PORTS))
 RTL_DIR    := $(BUILD)/rtl/$(RTL_NAME)

@@ -96,6 +96,7 @@ typedef struct sim_device {
   char wave_path[512], coverage_path[512], lib_path[PATH_MAX];
   tsr_devmem_t *dm;
   uint32_t rows, cols;
+  uint32_t ops; /* HW_OPS of the RTL (interface version 3), or NOP and GEMM */
   double clock_hz;
   uint64_t max_cycles;
   tsr_queue_t q;   /* fences, completions, and the lock of the model */
@@ -309,6 +310,12 @@ static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device
   }
   if (!s) {
     dev->api.geometry(dev->sim, &dev->rows, &dev->cols);
+    /* the opcodes the RTL as built runs; before HW_OPS, NOP and GEMM */
+    uint32_t info = 0, ops = 0;
+    dev->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+    if (dev->api.reg_read(dev->sim, TSR_STAT_HW_INFO, &info) == 0 && (info >> 16 & 0xff) >= 3 &&
+        dev->api.reg_read(dev->sim, TSR_STAT_HW_OPS, &ops) == 0 && ops)
+      dev->ops = ops;
     s = tsr_devmem_create(dev->cfg.mem_base, dev->cfg.mem_size, &dev->dm);
   }
   if (!s) s = enable_irq(dev);
@@ -337,7 +344,7 @@ static void sim_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_size = dev->cfg.mem_size;
   out->clock_hz = dev->clock_hz;
   out->mem_bytes_per_cycle = dev->cfg.mem_bytes_per_cycle;
-  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  out->ops = dev->ops;
 }
 
 static tsr_status_t sim_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,

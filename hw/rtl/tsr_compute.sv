@@ -7,6 +7,10 @@
 // line up with the RAM outputs. The last reduction step of a tile copies the
 // accumulators into the output bank: it waits (hold) while the writer still
 // drains the previous tile; every other step runs regardless.
+//
+// A GEMM_BSR step covers only the chunk's stored tiles: the k positions of
+// one tile, then (without a bubble) those of the next set bit of the
+// chunk's bits, the tile's last k tile stopping at the chunk's end.
 module tsr_compute #(
   parameter int Rows      = 16,    // array rows
   parameter int DataBytes = 64,    // bytes per buffer word
@@ -18,7 +22,8 @@ module tsr_compute #(
   parameter int MLenW     = $clog2(Rows + 1),            // tile rows bits
   parameter int NLenW     = 5,                           // tile columns bits
   parameter int LaneW     = $clog2(Rows + 1),            // lane count bits
-  parameter int OffW      = $clog2(DataBytes)            // byte index bits
+  parameter int OffW      = $clog2(DataBytes),           // byte index bits
+  parameter int CT        = KChunk / 64                  // GEMM_BSR: tiles of a chunk at BK 64
 ) (
   input  logic              clk_i,        // clock
   input  logic              rst_ni,       // asynchronous reset, active low
@@ -34,6 +39,9 @@ module tsr_compute #(
   input  logic [NLenW-1:0]  nlen_i,       // tile columns
   input  logic [63:0]       c_i,          // tile address in C
   input  logic [NumPorts*SegW-1:0] target_i,    // per port: segments that must have arrived
+  input  logic              bsr_i,        // a GEMM_BSR step
+  input  logic [CT-1:0]     cb_i,         // GEMM_BSR: the chunk's stored tiles
+  input  logic              bk128_i,      // GEMM_BSR: BK = 128 (for the whole descriptor)
   input  logic [NumPorts*SegW-1:0] segs_done_i, // per port: segments arrived so far
   output logic              pop_o,        // the step starts: drop the record
   // output bank
@@ -69,7 +77,35 @@ module tsr_compute #(
   logic [63:0]      c_q, c_d;
   logic [MLenW-1:0] mlen_q, mlen_d;
   logic [NLenW-1:0] nlen_q, nlen_d;
-  logic             arrived, hold, issue, finishing, start;
+  logic             arrived, hold, issue, finishing, start, at_end;
+  localparam int XW = $clog2(CT);
+
+  // GEMM_BSR: the current tile x_q, its step tk_q of tklast_q, its end byte;
+  // mask_q the chunk's tiles still to come.
+  logic             bsr_q, bsr_d;
+  logic [CT-1:0]    mask_q, mask_d;
+  logic [XW-1:0]    x_q, x_d;
+  logic [TW-1:0]    tk_q, tk_d, tklast_q, tklast_d;
+  logic [KcW-1:0]   tend_q, tend_d;
+  // first set bit of a chunk's bits, and that tile's extent in a chunk of kc bytes
+  logic [CT-1:0]    nmask;
+  logic [XW-1:0]    nx;
+  logic [KcW-1:0]   nstart, nend, nlen, chunk_kc;
+  logic [TW-1:0]    nlast;
+  logic             nbk128, ngemv;
+  always_comb begin
+    nmask    = start ? cb_i : mask_q;
+    chunk_kc = start ? kc_i : kc_q;
+    nbk128   = bk128_i;
+    ngemv    = start ? gemv_i : gemv_q;
+    nx = '0;
+    for (int x = CT - 1; x >= 0; x--) if (nmask[x]) nx = XW'(x);
+    nstart = nbk128 ? KcW'({nx, 7'd0}) : KcW'({nx, 6'd0});
+    nend   = (nstart + (nbk128 ? KcW'(128) : KcW'(64)) < chunk_kc) ?
+             nstart + (nbk128 ? KcW'(128) : KcW'(64)) : chunk_kc;
+    nlen   = nend - nstart;
+    nlast  = ngemv ? TW'((nlen + KcW'(Rows - 1)) >> LogRows) - TW'(1) : TW'(nlen) - TW'(1);
+  end
 
   // Every port has delivered the step's segments (ports finish out of order,
   // so each is compared on its own; the counters wrap).
@@ -80,21 +116,33 @@ module tsr_compute #(
     assign port_ok[p] = !diff[SegW-1];
   end
   assign arrived   = &port_ok;
-  assign hold      = act_q && last_q && (t_q == tlast_q) && out_busy_i;
+  assign at_end    = bsr_q ? (tk_q == tklast_q && mask_q == '0) : (t_q == tlast_q);
+  assign hold      = act_q && last_q && at_end && out_busy_i;
   assign issue     = act_q && !hold;
-  assign finishing = issue && (t_q == tlast_q);
+  assign finishing = issue && at_end;
   assign start     = valid_i && arrived && (!act_q || finishing);
 
   logic [TW-1:0]  tbyte;                 // byte position of step t in the chunk
   logic [KcW:0]   lanes_left;
-  assign tbyte      = gemv_q ? TW'({t_q, {LogRows{1'b0}}}) : t_q;
-  assign lanes_left = {1'b0, kc_q} - {1'b0, tbyte};
+  logic [TW-1:0]  tpos;                  // step within the tile (the chunk if dense)
+  logic [TW-1:0]  tbase;                 // the tile's first byte
+  assign tpos       = bsr_q ? tk_q : t_q;
+  assign tbase      = bsr_q ? (bk128_i ? TW'({x_q, 7'd0}) : TW'({x_q, 6'd0})) : '0;
+  assign tbyte      = tbase + (gemv_q ? TW'({tpos, {LogRows{1'b0}}}) : tpos);
+  assign lanes_left = {1'b0, bsr_q ? tend_q : kc_q} - {1'b0, tbyte};
 
   always_comb begin
     act_d = act_q; sa_d = sa_q; sw_d = sw_q; first_d = first_q; last_d = last_q;
     gemv_d = gemv_q; kc_d = kc_q; t_d = t_q; tlast_d = tlast_q;
     c_d = c_q; mlen_d = mlen_q; nlen_d = nlen_q;
+    bsr_d = bsr_q; mask_d = mask_q; x_d = x_q; tk_d = tk_q; tklast_d = tklast_q; tend_d = tend_q;
     if (start) begin
+      bsr_d    = bsr_i;
+      x_d      = nx;
+      mask_d   = cb_i & ~(CT'(1) << nx);
+      tk_d     = '0;
+      tklast_d = nlast;
+      tend_d   = nend;
       act_d   = 1'b1;
       sa_d    = sa_i;
       sw_d    = sw_i;
@@ -111,6 +159,18 @@ module tsr_compute #(
       act_d = 1'b0;
     end else if (issue) begin
       t_d = t_q + TW'(1);
+      if (bsr_q) begin
+        if (tk_q == tklast_q) begin
+          // the next stored tile of the chunk
+          x_d      = nx;
+          mask_d   = mask_q & ~(CT'(1) << nx);
+          tk_d     = '0;
+          tklast_d = nlast;
+          tend_d   = nend;
+        end else begin
+          tk_d = tk_q + TW'(1);
+        end
+      end
     end
   end
 
@@ -119,7 +179,10 @@ module tsr_compute #(
       act_q <= 1'b0; sa_q <= 1'b0; sw_q <= 1'b0; first_q <= 1'b0; last_q <= 1'b0;
       gemv_q <= 1'b0; kc_q <= '0; t_q <= '0; tlast_q <= '0;
       c_q <= '0; mlen_q <= '0; nlen_q <= '0;
+      bsr_q <= 1'b0; mask_q <= '0; x_q <= '0; tk_q <= '0; tklast_q <= '0; tend_q <= '0;
     end else begin
+      bsr_q <= bsr_d; mask_q <= mask_d; x_q <= x_d; tk_q <= tk_d; tklast_q <= tklast_d;
+      tend_q <= tend_d;
       act_q <= act_d; sa_q <= sa_d; sw_q <= sw_d; first_q <= first_d; last_q <= last_d;
       gemv_q <= gemv_d; kc_q <= kc_d; t_q <= t_d; tlast_q <= tlast_d;
       c_q <= c_d; mlen_q <= mlen_d; nlen_q <= nlen_d;

@@ -37,6 +37,7 @@ module tsr_core #(
   output logic [63:0]          bytes_rd_o,    // bytes read
   output logic [63:0]          bytes_wr_o,    // bytes written
   output logic [63:0]          macs_o,        // M*N*K of completed descriptors
+  output logic [31:0]          hw_ops_o,      // HW_OPS: the opcodes this build runs
   // AXI4 master
   output logic                 arvalid_o,     // AR valid
   input  logic                 arready_i,     // AR ready
@@ -77,6 +78,7 @@ module tsr_core #(
   input  logic [XP-1:0]        xrlast_i       // R last
 );
 `include "tsr_regs_pkg.svh"
+`include "tsr_dest.svh"
 
   localparam int OffW      = $clog2(DataBytes);
   localparam int WordsSlot = KChunk / DataBytes;
@@ -90,7 +92,9 @@ module tsr_core #(
   localparam int LaneW     = $clog2(Rows + 1);
   localparam int RowBytes  = 4 * Cols;
   localparam int NbW       = $clog2(RowBytes + 1);
-  localparam logic [1:0] DestDesc = 2'd0, DestA = 2'd1, DestW = 2'd2;
+  // GEMM_BSR: tiles of one or two bus words per row, a tile in one slot
+  localparam int Bsr       = (DataBytes == 64 && Cols >= 16 && KChunk >= 2048) ? 1 : 0;
+  localparam int CT        = KChunk / 64;           // tiles of a chunk at BK 64
   localparam int PortW     = (NumPorts > 1) ? $clog2(NumPorts) : 1;
   localparam int SegW      = 16;                   // per-port segment counters
   localparam int CntW      = NumPorts * SegW;
@@ -99,8 +103,11 @@ module tsr_core #(
   // descriptor unit
   logic        fetch_valid, exec, exec_gemv, running, executing, barrier_ok;
   logic [63:0] fetch_addr, d_a, d_w, d_c, win_base;
-  logic        striped;
+  logic        striped, d_bsr, d_bk128;
   logic [31:0] d_cstride;
+  logic [7:0]  d_rb, fetch_len, fetch_bank;
+  logic [63:0] d_tiles;
+  logic [511:0] bm_kmask;
   logic [64:0] win_end;
   logic [15:0] d_m, d_n, d_k;
   logic [31:0] d_lda, d_ldw, d_ldc;
@@ -111,7 +118,8 @@ module tsr_core #(
   logic [1:0]       seg_dest;
   logic [BankW-1:0] seg_bank;
   logic [RamAw-1:0] seg_waddr;
-  logic             l_valid, l_w, l_idle;
+  logic             l_valid, l_idle;
+  logic [1:0]       l_dest;
   logic [PortW-1:0] l_port, seg_port;
   logic [63:0]      l_addr;
   logic [KcW-1:0]   l_len;
@@ -129,9 +137,15 @@ module tsr_core #(
   logic [RamAw-1:0]  buf_waddr;
   logic [DW-1:0]     buf_wdata;
   // step queue
-  localparam int StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + CntW;
+  localparam int StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + CntW + 1 + CT;
   logic             sf_push, sf_pop, sf_empty, sf_full;
   logic [StepW-1:0] sf_wdata, sf_rdata;
+  logic             s_bsr, h_bsr;
+  logic [CT-1:0]    s_cb, h_cb;
+  logic             z_valid, z_ready, wr_zidle;
+  logic [63:0]      z_c;
+  logic [MLenW-1:0] z_mlen;
+  logic [NLenW-1:0] z_nlen;
   logic             s_sa, s_sw, s_first, s_last, s_gemv;
   logic [KcW-1:0]   s_kc;
   logic [MLenW-1:0] s_mlen;
@@ -168,17 +182,21 @@ module tsr_core #(
   logic        run_start;
 
   // ---------------------------------------------------------------- engines
-  tsr_desc_unit #(.Cols(Cols), .DataBytes(DataBytes), .NumPorts(NumPorts)) u_desc (
+  tsr_desc_unit #(.Cols(Cols), .DataBytes(DataBytes), .NumPorts(NumPorts), .Bsr(Bsr)) u_desc (
     .clk_i, .rst_ni,
     .start_i, .mem_base_i, .mem_size_i, .ring_i, .n_desc_i,
-    .fetch_valid_o (fetch_valid), .fetch_addr_o (fetch_addr), .fetch_ready_i (seg_ready),
-    .desc_we_i (buf_we && buf_dest == DestDesc), .desc_word_i (buf_wdata[511:0]),
+    .fetch_valid_o (fetch_valid), .fetch_addr_o (fetch_addr), .fetch_len_o (fetch_len),
+    .fetch_bank_o (fetch_bank), .fetch_ready_i (seg_ready),
+    .desc_we_i (buf_we && buf_dest == DestDesc && buf_bank == BankDesc),
+    .bm_we_i (buf_we && buf_dest == DestDesc && buf_bank == BankCount),
+    .bm_word_i (buf_waddr[0]), .bm_kmask_o (bm_kmask), .desc_word_i (buf_wdata[511:0]),
     .reads_idle_i (segs_done_q == segs_issued_q), .axi_err_i (rd_err || wr_err),
     .exec_o (exec), .gemv_o (exec_gemv), .loader_idle_i (l_idle), .barrier_ok_i (barrier_ok),
     .running_o (running), .executing_o (executing),
     .m_o (d_m), .n_o (d_n), .k_o (d_k), .lda_o (d_lda), .ldw_o (d_ldw), .ldc_o (d_ldc),
     .a_addr_o (d_a), .w_addr_o (d_w), .c_addr_o (d_c),
     .striped_o (striped), .w_cstride_o (d_cstride),
+    .bsr_o (d_bsr), .bk128_o (d_bk128), .rb_o (d_rb), .tiles_o (d_tiles),
     .win_base_o (win_base), .win_end_o (win_end),
     .done_o, .status_o, .err_index_o, .desc_done_o, .macs_o
   );
@@ -189,19 +207,26 @@ module tsr_core #(
     .start_i (exec), .gemv_i (exec_gemv), .m_i (d_m), .n_i (d_n), .k_i (d_k),
     .lda_i (d_lda), .ldw_i (d_ldw), .ldc_i (d_ldc),
     .a_addr_i (d_a), .w_addr_i (d_w), .c_addr_i (d_c),
-    .striped_i (striped), .w_cstride_i (d_cstride), .idle_o (l_idle),
+    .striped_i (striped), .w_cstride_i (d_cstride),
+    .bsr_i (d_bsr), .bk128_i (d_bk128), .rb_i (d_rb), .tiles_i (d_tiles), .idle_o (l_idle),
+    .bm_we_i (buf_we && buf_dest == DestDesc && buf_bank[7:1] == BankWalk[7:1]),
+    .bm_entry_i (buf_bank[0]), .bm_word_i (buf_waddr[0]), .bm_data_i (buf_wdata[511:0] & bm_kmask),
+    .z_valid_o (z_valid), .z_ready_i (z_ready), .z_c_o (z_c), .z_mlen_o (z_mlen),
+    .z_nlen_o (z_nlen),
     .seg_valid_o (l_valid), .seg_ready_i (seg_ready), .seg_addr_o (l_addr),
-    .seg_len_o (l_len), .seg_w_o (l_w), .seg_port_o (l_port), .seg_bank_o (l_bank), .seg_waddr_o (l_waddr),
+    .seg_len_o (l_len), .seg_dest_o (l_dest), .seg_port_o (l_port), .seg_bank_o (l_bank), .seg_waddr_o (l_waddr),
     .push_o (sf_push), .full_i (sf_full), .segs_issued_i (segs_issued_q),
     .st_sa_o (s_sa), .st_sw_o (s_sw), .st_kc_o (s_kc), .st_first_o (s_first),
     .st_last_o (s_last), .st_gemv_o (s_gemv), .st_mlen_o (s_mlen), .st_nlen_o (s_nlen),
-    .st_c_o (s_c), .st_target_o (s_target),
+    .st_c_o (s_c), .st_target_o (s_target), .st_bsr_o (s_bsr), .st_cb_o (s_cb),
     .release_i (c_release), .rel_sa_i (c_rel_sa), .rel_sw_i (c_rel_sw)
   );
 
   // Step queue: one record per tile step whose loads have been issued.
-  assign sf_wdata = {s_sa, s_sw, s_kc, s_first, s_last, s_gemv, s_mlen, s_nlen, s_c, s_target};
-  assign {h_sa, h_sw, h_kc, h_first, h_last, h_gemv, h_mlen, h_nlen, h_c, h_target} = sf_rdata;
+  assign sf_wdata = {s_sa, s_sw, s_kc, s_first, s_last, s_gemv, s_mlen, s_nlen, s_c, s_target,
+                     s_bsr, s_cb};
+  assign {h_sa, h_sw, h_kc, h_first, h_last, h_gemv, h_mlen, h_nlen, h_c, h_target,
+          h_bsr, h_cb} = sf_rdata;
   tsr_fifo #(.Width(StepW), .Depth(4)) u_steps (
     .clk_i, .rst_ni,
     .push_i (sf_push), .wdata_i (sf_wdata),
@@ -214,7 +239,8 @@ module tsr_core #(
     .clk_i, .rst_ni,
     .valid_i (!sf_empty), .sa_i (h_sa), .sw_i (h_sw), .kc_i (h_kc), .first_i (h_first),
     .last_i (h_last), .gemv_i (h_gemv), .mlen_i (h_mlen), .nlen_i (h_nlen), .c_i (h_c),
-    .target_i (h_target), .segs_done_i (segs_done_q), .pop_o (sf_pop),
+    .target_i (h_target), .bsr_i (h_bsr), .cb_i (h_cb), .bk128_i (d_bk128),
+    .segs_done_i (segs_done_q), .pop_o (sf_pop),
     .out_busy_i (out_busy), .tile_o (tile), .tile_c_o (tile_c), .tile_mlen_o (tile_mlen),
     .tile_nlen_o (tile_nlen), .tile_gemv_o (tile_gemv),
     .release_o (c_release), .rel_sa_o (c_rel_sa), .rel_sw_o (c_rel_sw),
@@ -226,7 +252,9 @@ module tsr_core #(
   tsr_writer #(.Rows(Rows), .Cols(Cols)) u_writer (
     .clk_i, .rst_ni, .ldc_i (d_ldc),
     .tile_i (tile), .tile_c_i (tile_c), .tile_mlen_i (tile_mlen), .tile_nlen_i (tile_nlen),
-    .tile_gemv_i (tile_gemv), .busy_o (out_busy),
+    .tile_gemv_i (tile_gemv), .busy_o (out_busy), .idle_o (wr_zidle),
+    .z_valid_i (z_valid), .z_ready_o (z_ready), .z_c_i (z_c), .z_mlen_i (z_mlen),
+    .z_nlen_i (z_nlen),
     .cap_i (cap), .bank_gemv_i (out_gemv), .row_o (wr_row), .row_i (out_row),
     .colsum_i (colsum),
     .req_valid_o (wreq_valid), .req_ready_i (wreq_ready), .req_addr_o (wreq_addr),
@@ -238,16 +266,16 @@ module tsr_core #(
     seg_valid = l_valid;
     seg_addr  = l_addr;
     seg_len   = LenW'(l_len);
-    seg_dest  = l_w ? DestW : DestA;
+    seg_dest  = l_dest;
     seg_bank  = l_bank;
     seg_waddr = l_waddr;
     seg_port  = l_port;
     if (fetch_valid) begin
       seg_valid = 1'b1;
       seg_addr  = fetch_addr;
-      seg_len   = LenW'(TSR_HW_DESC_BYTES);
+      seg_len   = LenW'(fetch_len);
       seg_dest  = DestDesc;
-      seg_bank  = '0;
+      seg_bank  = fetch_bank;
       seg_waddr = '0;
       seg_port  = '0;
     end
@@ -283,9 +311,17 @@ module tsr_core #(
       .rdata_o (a_words[r*DW +: DW])
     );
   end
+  // A GEMM_BSR tile's word i (the word address's low bits) goes to bank
+  // i / (BK/64), at the tile's k word (the segment's bank field) + i % (BK/64).
+  logic [SlotAw-1:0] wt_i;
+  logic [4:0]        wt_bank;
+  logic [RamAw-1:0]  wt_addr;
+  assign wt_i    = buf_waddr[SlotAw-1:0];
+  assign wt_bank = d_bk128 ? 5'(wt_i >> 1) : 5'(wt_i);
+  assign wt_addr = {buf_waddr[SlotAw], SlotAw'(buf_bank) + (d_bk128 ? SlotAw'(wt_i[0]) : '0)};
   for (genvar j = 0; j < Cols; j++) begin : g_wbank
     localparam int P = j % NumPorts;   // the port of this bank when striped
-    logic              we, src;
+    logic              we, src, wt;
     logic [RamAw-1:0]  waddr;
     logic [DW-1:0]     wdata;
     if (P == 0) begin : g_p0
@@ -293,10 +329,15 @@ module tsr_core #(
     end else begin : g_px
       assign src = striped;
     end
+    if (Bsr != 0 && j < TSR_HW_BSR_BN) begin : g_wt
+      assign wt = buf_we && buf_dest == DestWT && wt_bank == 5'(j);
+    end else begin : g_nowt
+      assign wt = 1'b0;
+    end
     assign we    = src ? (pt_we[P] && pt_dest[P*2 +: 2] == DestW &&
                           pt_bank[P*BankW +: BankW] == BankW'(j))
-                       : (buf_we && buf_dest == DestW && buf_bank == BankW'(j));
-    assign waddr = src ? pt_waddr[P*RamAw +: RamAw] : buf_waddr;
+                       : ((buf_we && buf_dest == DestW && buf_bank == BankW'(j)) || wt);
+    assign waddr = src ? pt_waddr[P*RamAw +: RamAw] : (wt ? wt_addr : buf_waddr);
     assign wdata = src ? pt_wdata[P*DW +: DW] : buf_wdata;
     tsr_ram_1r1w #(.Width(DW), .Depth(2 * WordsSlot)) u_ram (
       .clk_i,
@@ -391,7 +432,7 @@ module tsr_core #(
   end
 
   // ---------------------------------------------------------------- counters
-  assign barrier_ok = l_idle && sf_empty && !c_active && !out_busy &&
+  assign barrier_ok = l_idle && sf_empty && !c_active && wr_zidle &&
                       wr_idle && rd_idle && (segs_done_q == segs_issued_q);
   assign run_start  = !running && start_i;
 
@@ -426,6 +467,8 @@ module tsr_core #(
     end
   end
 
+  assign hw_ops_o    = (32'd1 << TSR_OP_NOP) | (32'd1 << TSR_OP_GEMM_I8_I32) |
+                       ((Bsr != 0) ? (32'd1 << TSR_OP_GEMM_BSR_I8_I32) : 32'd0);
   assign cyc_busy_o  = cyc_busy_q;
   assign cyc_stall_o = cyc_stall_q;
   assign bytes_rd_o  = bytes_rd_q;

@@ -54,7 +54,8 @@ module tsr_ctrl_s_axi #(
   input  logic [63:0] cyc_stall_i,     // CYC_STALL
   input  logic [63:0] bytes_rd_i,      // BYTES_RD
   input  logic [63:0] bytes_wr_i,      // BYTES_WR
-  input  logic [63:0] macs_i           // MACS
+  input  logic [63:0] macs_i,          // MACS
+  input  logic [31:0] hw_ops_i         // HW_OPS
 );
 `include "tsr_regs_pkg.svh"
 
@@ -257,6 +258,7 @@ module tsr_ctrl_s_axi #(
       TSR_STAT_BYTES_WR + 12'h4:  rd_mux = bytes_wr_i[63:32];
       TSR_STAT_MACS:              rd_mux = macs_i[31:0];
       TSR_STAT_MACS + 12'h4:      rd_mux = macs_i[63:32];
+      TSR_STAT_HW_OPS:            rd_mux = hw_ops_i;
       default: begin
         if (arg_named(araddr_i)) rd_mux = arg_q[araddr_i[5:2] - 4'd4];
       end

@@ -7,10 +7,17 @@
 // loader (exec_o), and followed by a barrier (every result written, nothing
 // in flight) before descriptor i+1. The first failure stops the run with
 // STATUS and ERR_INDEX; MACS and DESC_DONE count completed descriptors.
+//
+// A GEMM_BSR descriptor that passes the checks has its bitmap rows read
+// (one segment each) and counted as they arrive, then row 0 once more into
+// the loader's walk entry 0; once every read has arrived the count decides
+// (BAD_COUNT, or the loader starts). The count also sums the stored tiles'
+// elements inside N x K for MACS.
 module tsr_desc_unit #(
   parameter int Cols      = 16,  // array columns (GEMV choice)
   parameter int DataBytes = 64,  // AXI data bus bytes
-  parameter int NumPorts  = 1    // read ports (memory channels), power of two
+  parameter int NumPorts  = 1,   // read ports (memory channels), power of two
+  parameter int Bsr       = 1    // 1: GEMM_BSR_I8_I32 is implemented (needs DataBytes 64)
 ) (
   input  logic         clk_i,          // clock
   input  logic         rst_ni,         // asynchronous reset, active low
@@ -22,8 +29,13 @@ module tsr_desc_unit #(
   // descriptor fetch through the read master
   output logic         fetch_valid_o,  // a descriptor segment is offered
   output logic [63:0]  fetch_addr_o,   // its address
+  output logic [7:0]   fetch_len_o,    // its bytes
+  output logic [7:0]   fetch_bank_o,   // BankDesc, BankCount or BankWalk (tsr_dest.svh)
   input  logic         fetch_ready_i,  // the read master takes it
   input  logic         desc_we_i,      // a descriptor word arrives
+  input  logic         bm_we_i,        // a word of a bitmap row to count arrives
+  input  logic         bm_word_i,      // index in its row of the bitmap word arriving
+  output logic [511:0] bm_kmask_o,     // bits of that word inside the row's k tiles
   input  logic [511:0] desc_word_i,    // that word
   input  logic         reads_idle_i,   // every issued segment has arrived
   input  logic         axi_err_i,      // pulse: an error response on either master
@@ -46,6 +58,10 @@ module tsr_desc_unit #(
   output logic [63:0]  c_addr_o,       // C_ADDR
   output logic         striped_o,      // W striped over the NumPorts channels
   output logic [31:0]  w_cstride_o,    // W_CSTRIDE
+  output logic         bsr_o,          // a GEMM_BSR descriptor
+  output logic         bk128_o,        // GEMM_BSR: BK = 128 (else 64)
+  output logic [7:0]   rb_o,           // GEMM_BSR: bytes of a bitmap row
+  output logic [63:0]  tiles_o,        // GEMM_BSR: the first stored tile
   output logic [63:0]  win_base_o,     // window of the run (assertions)
   output logic [64:0]  win_end_o,      // window end, 65 bits
   // results of the run
@@ -56,9 +72,10 @@ module tsr_desc_unit #(
   output logic [63:0]  macs_o          // M*N*K of completed descriptors
 );
 `include "tsr_regs_pkg.svh"
+`include "tsr_dest.svh"
 
   typedef enum logic [3:0] {
-    RIdle, RRing, RFetch, RFWait, RChk1, RChk2, RChk3, RExec, RBar, RFin
+    RIdle, RRing, RFetch, RFWait, RChk1, RChk2, RChk3, RBmIss, RBmWait, RBmChk, RExec, RBar, RFin
   } run_e;
 
   run_e        st_q, st_d;
@@ -90,8 +107,9 @@ module tsr_desc_unit #(
 
   // W striped over the channels: row n at W + (n % P)*W_CSTRIDE + (n / P)*LDW.
   localparam int LogPorts = $clog2(NumPorts);
-  logic striped, nch_bad;
-  assign striped = (d_nch > 32'd1);
+  logic striped, nch_bad, is_bsr;
+  assign is_bsr  = (d_op == TSR_OP_GEMM_BSR_I8_I32);
+  assign striped = !is_bsr && (d_nch > 32'd1);
   assign nch_bad = striped ? (d_nch != 32'(NumPorts)) : (d_cstride != 32'd0);
 
   logic [15:0] m16, n16, k16;
@@ -99,30 +117,116 @@ module tsr_desc_unit #(
   assign n16 = d_n[15:0];
   assign k16 = d_k[15:0];
 
+  // GEMM_BSR geometry: BSR_BLOCK (W_NCH) is 16 << 16 | BK, BSR_NNZ is W_CSTRIDE.
+  logic        block_ok, bk128;
+  logic [10:0] nkt;        // k tiles of a tile row, <= 1024
+  logic [7:0]  rb;         // bitmap row bytes, <= 128
+  logic [12:0] ntr;        // tile rows, <= 4096
+  logic [4:0]  nlast;      // W rows of the last tile row, 1 .. 16
+  logic [7:0]  padk;       // bytes of the last k tile past K
+  assign block_ok = (d_nch == {16'(TSR_HW_BSR_BN), 16'(TSR_HW_BSR_BK_MIN)}) ||
+                    (d_nch == {16'(TSR_HW_BSR_BN), 16'(TSR_HW_BSR_BK_MAX)});
+  assign bk128 = d_nch[7];
+  assign nkt   = bk128 ? 11'((17'(k16) + 17'd127) >> 7) : 11'((17'(k16) + 17'd63) >> 6);
+  assign rb    = 8'((12'(nkt) + 12'd7) >> 3);
+  assign ntr   = 13'((17'(n16) + 17'd15) >> 4);
+  assign nlast = 5'(n16[3:0]) + ((n16[3:0] == 4'd0) ? 5'd16 : 5'd0);
+  assign padk  = 8'((bk128 ? {nkt, 7'd0} : {1'b0, nkt, 6'd0}) - 18'(k16));
+
   // Check pipeline: products (RChk1), extents (RChk2), compares (RChk3).
   logic [47:0] pa_q, pa_d, pw_q, pw_d, pc_q, pc_d, mnk_q, mnk_d, pch_q, pch_d;
   logic [15:0] wrows;                     // rows of W in the fullest channel, - 1
   assign wrows = striped ? 16'(16'(n16 - 16'd1) >> LogPorts) : 16'(n16 - 16'd1);
   logic [31:0] mn_q, mn_d;
   logic [64:0] a_end_q, a_end_d, w_end_q, w_end_d, c_end_q, c_end_d;
+  logic [64:0] ts_q, ts_d;                // GEMM_BSR: bitmaps' end + 63
+  logic [47:0] tb_q, tb_d;                // GEMM_BSR: bytes of the stored tiles
+  logic [64:0] tiles_end;
   logic [31:0] chk_err;
-  logic        is_nop;
+  logic        is_nop, op_ok;
+  assign tiles_end = {ts_q[64:6], 6'd0} + 65'(tb_q);
+  assign op_ok = (d_op == TSR_OP_NOP) || (d_op == TSR_OP_GEMM_I8_I32) || (Bsr != 0 && is_bsr);
 
   always_comb begin
     chk_err = TSR_HWERR_OK;
-    if ((d_op != TSR_OP_NOP && d_op != TSR_OP_GEMM_I8_I32) || d_flags != 32'd0) begin
+    if (!op_ok || d_flags != 32'd0) begin
       chk_err = TSR_HWERR_BAD_OPCODE;
-    end else if (d_op == TSR_OP_GEMM_I8_I32) begin
+    end else if (d_op != TSR_OP_NOP) begin
       if (d_m == 32'd0 || d_n == 32'd0 || d_k == 32'd0 || d_m > TSR_HW_MAX_DIM ||
           d_n > TSR_HW_MAX_DIM || d_k > TSR_HW_MAX_DIM) begin
         chk_err = TSR_HWERR_BAD_DIMS;
-      end else if (d_lda < d_k || d_ldw < d_k || {2'b00, d_ldc} < {d_n, 2'b00} ||
-                   d_ldc[1:0] != 2'b00 || d_c[1:0] != 2'b00 || nch_bad) begin
+      end else if (is_bsr && !block_ok) begin
+        chk_err = TSR_HWERR_BAD_BLOCK;
+      end else if (d_lda < d_k || {2'b00, d_ldc} < {d_n, 2'b00} ||
+                   d_ldc[1:0] != 2'b00 || d_c[1:0] != 2'b00 ||
+                   (is_bsr ? (d_ldw < 32'(rb)) : (d_ldw < d_k || nch_bad))) begin
         chk_err = TSR_HWERR_BAD_STRIDE;
       end else if ({1'b0, d_a} < {1'b0, base_q} || a_end_q > win_end_q ||
                    {1'b0, d_w} < {1'b0, base_q} || w_end_q > win_end_q ||
-                   {1'b0, d_c} < {1'b0, base_q} || c_end_q > win_end_q) begin
+                   {1'b0, d_c} < {1'b0, base_q} || c_end_q > win_end_q ||
+                   (is_bsr && tiles_end > win_end_q)) begin
         chk_err = TSR_HWERR_ADDR_RANGE;
+      end
+    end
+  end
+
+  // GEMM_BSR count, on the bitmap words as they arrive: bits of k tiles in
+  // the row are counted, a set bit past the last k tile (inside the row's
+  // bytes) is an error, bytes past the row are not the bitmap's.
+  logic [12:0]  bm_iss_q, bm_iss_d;       // bitmap segments issued
+  logic [63:0]  bm_ptr_q, bm_ptr_d;       // the next one's address
+  logic [12:0]  bm_row_q;                 // rows counted
+  logic [10:0]  bm_rcnt_q;                // stored tiles of the row so far
+  logic [31:0]  bm_cnt_q;                 // stored tiles so far
+  logic         bm_bad_q;                 // a bit past K
+  logic         bm_lb_q;                  // the row's last k tile is stored
+  logic [47:0]  bm_elems_q;               // sum over rows of W rows x k bytes stored
+  logic [10:0]  vbits;                    // bits of k tiles in this word
+  logic [6:0]   vbytes;                   // bytes of the row in this word
+  logic [511:0] kmask, bmask, bm_in;
+  logic [9:0]   bm_pc;
+  logic         bm_lb, row_end;
+  logic [10:0]  row_tiles;
+  logic [18:0]  row_k;                    // k bytes stored in the row
+  logic [23:0]  row_elems;
+  always_comb begin
+    vbits  = bm_word_i ? ((nkt > 11'd512) ? nkt - 11'd512 : 11'd0)
+                       : ((nkt > 11'd512) ? 11'd512 : nkt);
+    vbytes = bm_word_i ? ((rb > 8'd64) ? 7'(rb - 8'd64) : 7'd0)
+                       : ((rb > 8'd64) ? 7'd64 : 7'(rb));
+    kmask  = (vbits >= 11'd512) ? {512{1'b1}} : ((512'(1) << vbits) - 512'(1));
+    bmask  = (vbytes >= 7'd64) ? {512{1'b1}} : ((512'(1) << {vbytes, 3'b000}) - 512'(1));
+    bm_in  = desc_word_i & kmask;
+    bm_pc  = '0;
+    for (int i = 0; i < 512; i++) bm_pc = bm_pc + 10'(bm_in[i]);
+    // the row's last k tile lies in word (nkt - 1) / 512
+    bm_lb  = bm_lb_q;
+    if (bm_word_i == (nkt > 11'd512)) bm_lb = desc_word_i[9'(nkt - 11'd1)];
+    row_end   = bm_word_i == (rb > 8'd64);
+    row_tiles = bm_rcnt_q + 11'(bm_pc);
+    row_k     = (bk128 ? {1'b0, row_tiles, 7'd0} : {2'b00, row_tiles, 6'd0}) -
+                (bm_lb ? 19'(padk) : 19'd0);
+    row_elems = 24'(row_k) * ((bm_row_q + 13'd1 == ntr) ? 24'(nlast) : 24'd16);
+  end
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      bm_row_q <= '0; bm_rcnt_q <= '0; bm_cnt_q <= '0; bm_bad_q <= 1'b0; bm_lb_q <= 1'b0;
+      bm_elems_q <= '0;
+    end else if (st_q == RChk3) begin
+      bm_row_q <= '0; bm_rcnt_q <= '0; bm_cnt_q <= '0; bm_bad_q <= 1'b0; bm_lb_q <= 1'b0;
+      bm_elems_q <= '0;
+    end else if (bm_we_i) begin
+      bm_cnt_q <= bm_cnt_q + 32'(bm_pc);
+      if ((desc_word_i & bmask & ~kmask) != '0) bm_bad_q <= 1'b1;
+      if (row_end) begin
+        bm_row_q   <= bm_row_q + 13'd1;
+        bm_rcnt_q  <= '0;
+        bm_lb_q    <= 1'b0;
+        bm_elems_q <= bm_elems_q + 48'(row_elems);
+      end else begin
+        bm_rcnt_q <= row_tiles;
+        bm_lb_q   <= bm_lb;
       end
     end
   end
@@ -143,7 +247,8 @@ module tsr_desc_unit #(
     axi_err_d = axi_err_q || ((st_q != RIdle) && axi_err_i);
     done_d = 1'b0;
     pa_d = pa_q; pw_d = pw_q; pc_d = pc_q; mn_d = mn_q; mnk_d = mnk_q; pch_d = pch_q;
-    a_end_d = a_end_q; w_end_d = w_end_q; c_end_d = c_end_q;
+    a_end_d = a_end_q; w_end_d = w_end_q; c_end_d = c_end_q; ts_d = ts_q; tb_d = tb_q;
+    bm_iss_d = bm_iss_q; bm_ptr_d = bm_ptr_q;
     exec_o = 1'b0;
     unique case (st_q)
       RIdle: begin
@@ -180,7 +285,8 @@ module tsr_desc_unit #(
       end
       RChk1: begin
         pa_d = 48'(16'(m16 - 16'd1)) * 48'(d_lda);
-        pw_d = 48'(wrows) * 48'(d_ldw);
+        pw_d = is_bsr ? 48'(ntr) * 48'(d_ldw) : 48'(wrows) * 48'(d_ldw);
+        tb_d = 48'(d_cstride) << (bk128 ? 11 : 10);
         // (P - 1) * W_CSTRIDE: only a striped W has a channel offset
         pch_d = striped ? (48'(d_cstride) << LogPorts) - 48'(d_cstride) : 48'd0;
         pc_d = 48'(16'(m16 - 16'd1)) * 48'(d_ldc);
@@ -189,7 +295,9 @@ module tsr_desc_unit #(
       end
       RChk2: begin
         a_end_d = {1'b0, d_a} + 65'(pa_q) + 65'(k16);
-        w_end_d = {1'b0, d_w} + 65'(pw_q) + 65'(pch_q) + 65'(k16);
+        // GEMM_BSR: the bitmaps' end (the tiles follow at the next 64 bytes)
+        w_end_d = {1'b0, d_w} + 65'(pw_q) + (is_bsr ? 65'd0 : 65'(pch_q) + 65'(k16));
+        ts_d    = {1'b0, d_w} + 65'(pw_q) + 65'd63;
         c_end_d = {1'b0, d_c} + 65'(pc_q) + 65'({n16, 2'b00});
         mnk_d   = 48'(mn_q) * 48'(k16);
         st_d = RChk3;
@@ -201,6 +309,34 @@ module tsr_desc_unit #(
           st_d = RFin;
         end else if (is_nop) begin
           st_d = RBar;
+        end else if (is_bsr) begin
+          bm_iss_d = '0;
+          bm_ptr_d = d_w;
+          st_d = RBmIss;
+        end else begin
+          exec_o = 1'b1;
+          st_d = RExec;
+        end
+      end
+      // GEMM_BSR: ntr rows for the count, then row 0 for the walk.
+      RBmIss: begin
+        if (fetch_ready_i) begin
+          bm_iss_d = bm_iss_q + 13'd1;
+          bm_ptr_d = bm_ptr_q + 64'(d_ldw);
+          if (bm_iss_q == ntr) st_d = RBmWait;
+        end
+      end
+      RBmWait: if (reads_idle_i) st_d = RBmChk;
+      RBmChk: begin
+        mnk_d = 48'(m16) * bm_elems_q;
+        if (axi_err_q) begin
+          status_d = TSR_HWERR_AXI_ERROR;
+          err_index_d = di_q;
+          st_d = RFin;
+        end else if (bm_bad_q || bm_cnt_q != d_cstride) begin
+          status_d = TSR_HWERR_BAD_COUNT;
+          err_index_d = di_q;
+          st_d = RFin;
         end else begin
           exec_o = 1'b1;
           st_d = RExec;
@@ -249,10 +385,12 @@ module tsr_desc_unit #(
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       pa_q <= '0; pw_q <= '0; pc_q <= '0; mn_q <= '0; mnk_q <= '0; pch_q <= '0;
-      a_end_q <= '0; w_end_q <= '0; c_end_q <= '0;
+      a_end_q <= '0; w_end_q <= '0; c_end_q <= '0; ts_q <= '0; tb_q <= '0;
+      bm_iss_q <= '0; bm_ptr_q <= '0;
     end else begin
       pa_q <= pa_d; pw_q <= pw_d; pc_q <= pc_d; mn_q <= mn_d; mnk_q <= mnk_d; pch_q <= pch_d;
-      a_end_q <= a_end_d; w_end_q <= w_end_d; c_end_q <= c_end_d;
+      a_end_q <= a_end_d; w_end_q <= w_end_d; c_end_q <= c_end_d; ts_q <= ts_d; tb_q <= tb_d;
+      bm_iss_q <= bm_iss_d; bm_ptr_q <= bm_ptr_d;
     end
   end
 
@@ -264,8 +402,10 @@ module tsr_desc_unit #(
   // Small M: stream W through the lanes (GEMV) rather than waste array rows;
   // it wins while M*Cols < DataBytes.
   assign gemv_o        = (32'(m16) * Cols < DataBytes);
-  assign fetch_valid_o = (st_q == RFetch);
-  assign fetch_addr_o  = dptr_q;
+  assign fetch_valid_o = (st_q == RFetch) || (st_q == RBmIss);
+  assign fetch_addr_o  = (st_q == RBmIss) ? ((bm_iss_q == ntr) ? d_w : bm_ptr_q) : dptr_q;
+  assign fetch_len_o   = (st_q == RBmIss) ? rb : 8'(TSR_HW_DESC_BYTES);
+  assign fetch_bank_o  = (st_q != RBmIss) ? BankDesc : ((bm_iss_q == ntr) ? BankWalk : BankCount);
   assign running_o     = (st_q != RIdle);
   assign executing_o   = (st_q == RExec || st_q == RBar);
   assign m_o = m16;
@@ -279,6 +419,11 @@ module tsr_desc_unit #(
   assign c_addr_o = d_c;
   assign striped_o   = striped && (NumPorts > 1);
   assign w_cstride_o = d_cstride;
+  assign bsr_o       = is_bsr;
+  assign bk128_o     = bk128;
+  assign rb_o        = rb;
+  assign tiles_o     = {ts_q[63:6], 6'd0};
+  assign bm_kmask_o  = kmask;
   assign win_base_o  = base_q;
   assign win_end_o   = win_end_q;
   assign done_o      = done_q;

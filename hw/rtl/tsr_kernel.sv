@@ -81,6 +81,7 @@ module tsr_kernel #(
   logic [63:0] mem_base, mem_size, ring;
   logic [31:0] n_desc, status, err_index, desc_done;
   logic [63:0] cyc_busy, cyc_stall, bytes_rd, bytes_wr, macs;
+  logic [31:0] hw_ops;
 
   tsr_ctrl_s_axi #(.Rows(Rows), .Cols(Cols), .NumPorts(NumPorts)) u_ctrl (
     .clk_i, .rst_ni,
@@ -99,7 +100,7 @@ module tsr_kernel #(
     .ring_o (ring), .n_desc_o (n_desc), .core_done_i (core_done),
     .status_i (status), .err_index_i (err_index), .desc_done_i (desc_done),
     .cyc_busy_i (cyc_busy), .cyc_stall_i (cyc_stall), .bytes_rd_i (bytes_rd),
-    .bytes_wr_i (bytes_wr), .macs_i (macs)
+    .bytes_wr_i (bytes_wr), .macs_i (macs), .hw_ops_i (hw_ops)
   );
 
   tsr_core #(.Rows(Rows), .Cols(Cols), .DataBytes(DataBytes), .KChunk(KChunk),
@@ -109,7 +110,7 @@ module tsr_kernel #(
     .ring_i (ring), .n_desc_i (n_desc), .done_o (core_done),
     .status_o (status), .err_index_o (err_index), .desc_done_o (desc_done),
     .cyc_busy_o (cyc_busy), .cyc_stall_o (cyc_stall), .bytes_rd_o (bytes_rd),
-    .bytes_wr_o (bytes_wr), .macs_o (macs),
+    .bytes_wr_o (bytes_wr), .macs_o (macs), .hw_ops_o (hw_ops),
     .arvalid_o (m_axi_gmem_arvalid), .arready_i (m_axi_gmem_arready),
     .araddr_o (m_axi_gmem_araddr), .arlen_o (m_axi_gmem_arlen),
     .arsize_o (m_axi_gmem_arsize), .arburst_o (m_axi_gmem_arburst),

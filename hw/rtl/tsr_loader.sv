@@ -7,6 +7,15 @@
 // row into it, and queues a step record for the compute engine. A segment is
 // skipped when the previous step left the same chunk in its slot: A across
 // n blocks, W across m blocks, when K fits one chunk (and N one n block).
+//
+// GEMM_BSR: m blocks, tile rows (an n block of BSR_BN W rows each), k chunks
+// holding a stored tile. The tile row's bitmap row sits in one of two walk
+// entries; a step of a chunk loads its A rows (kept across the tile rows of
+// an m block when K fits one chunk) and one segment per stored tile (the
+// tile's BSR_BN rows into the W banks at the tile's k offset), and carries
+// the chunk's bits to the compute engine. The first step of a tile row first
+// reads the next tile row's bitmap row into the other entry. A tile row
+// without a stored tile is a zero record for the writer instead of a step.
 module tsr_loader #(
   parameter int Rows      = 16,    // array rows
   parameter int Cols      = 16,    // array columns
@@ -18,7 +27,8 @@ module tsr_loader #(
   parameter int SlotAw    = $clog2(KChunk / DataBytes),  // word address bits of a slot
   parameter int KcW       = $clog2(KChunk) + 1,          // holds KChunk
   parameter int MLenW     = $clog2(Rows + 1),            // holds Rows
-  parameter int NLenW     = $clog2(Cols + 1)             // holds Cols
+  parameter int NLenW     = $clog2(Cols + 1),            // holds Cols
+  parameter int CT        = KChunk / 64                  // GEMM_BSR: tiles of a chunk at BK 64
 ) (
   input  logic              clk_i,         // clock
   input  logic              rst_ni,        // asynchronous reset, active low
@@ -36,13 +46,28 @@ module tsr_loader #(
   input  logic [63:0]       c_addr_i,      // C_ADDR
   input  logic              striped_i,     // W striped over the NumPorts channels
   input  logic [31:0]       w_cstride_i,   // W_CSTRIDE
+  input  logic              bsr_i,         // GEMM_BSR
+  input  logic              bk128_i,       // GEMM_BSR: BK = 128
+  input  logic [7:0]        rb_i,          // GEMM_BSR: bytes of a bitmap row
+  input  logic [63:0]       tiles_i,       // GEMM_BSR: the first stored tile
   output logic              idle_o,        // every step issued
+  // GEMM_BSR bitmap rows into the walk entries (masked to the k tiles)
+  input  logic              bm_we_i,       // a word arrives
+  input  logic              bm_entry_i,    // its entry
+  input  logic              bm_word_i,     // its index in the row
+  input  logic [511:0]      bm_data_i,     // the word
+  // GEMM_BSR zero records: a tile row without a stored tile
+  output logic              z_valid_o,     // a record is offered
+  input  logic              z_ready_i,     // the writer takes it
+  output logic [63:0]       z_c_o,         // its rows' address in C
+  output logic [MLenW-1:0]  z_mlen_o,      // rows
+  output logic [NLenW-1:0]  z_nlen_o,      // columns
   // read segments
   output logic              seg_valid_o,   // a segment is offered
   input  logic              seg_ready_i,   // the read master takes it
   output logic [63:0]       seg_addr_o,    // its first byte
   output logic [KcW-1:0]    seg_len_o,     // its bytes
-  output logic              seg_w_o,       // 1: into a W bank, 0: into an A bank
+  output logic [1:0]        seg_dest_o,    // DestA, DestW, DestWT or DestDesc (tsr_dest.svh)
   output logic [PortW-1:0]  seg_port_o,    // read port (the row's memory channel)
   output logic [7:0]        seg_bank_o,    // the bank (operand row in the block)
   output logic [SlotAw:0]   seg_waddr_o,   // first buffer word (slot, word 0)
@@ -60,6 +85,8 @@ module tsr_loader #(
   output logic [NLenW-1:0]  st_nlen_o,     // columns of the tile
   output logic [63:0]       st_c_o,        // address of the tile's C[0][0]
   output logic [NumPorts*SegW-1:0] st_target_o,   // per port: segments that must have arrived
+  output logic              st_bsr_o,      // GEMM_BSR step
+  output logic [CT-1:0]     st_cb_o,       // GEMM_BSR: the chunk's stored tiles
   // slot releases from the compute engine
   input  logic              release_i,     // a step's compute ends
   input  logic              rel_sa_i,      // its A slot
@@ -68,8 +95,15 @@ module tsr_loader #(
   localparam int LogRows = $clog2(Rows);
   localparam int LogCols = $clog2(Cols);
   localparam int LogPorts = $clog2(NumPorts);
+  localparam int LogKc    = $clog2(KChunk);
+  localparam int NCh      = 65536 / KChunk;          // k chunks of the longest K
+  localparam int ChW      = $clog2(NCh + 1);
+  localparam int XW       = $clog2(CT);
+`include "tsr_dest.svh"
 
-  typedef enum logic [2:0] {LIdle, LPrep, LASeg, LWSeg, LPush, LNext} load_e;
+  typedef enum logic [3:0] {
+    LIdle, LPrep, LASeg, LWSeg, LPush, LNext, LBChunk, LBBm, LBWSeg, LBZero
+  } load_e;
 
   load_e            st_q, st_d;
   logic             gemv_q, gemv_d;
@@ -86,6 +120,20 @@ module tsr_loader #(
   logic             reuse_w_q, reuse_w_d;
   logic [2:0]       busy_a_q [2];
   logic [2:0]       busy_w_q [2];
+  // GEMM_BSR walk
+  logic             bsr_q, bsr_d;
+  logic [1023:0]    bm0_q, bm1_q;                              // walk entries
+  logic [1:0]       bmv_q;                                     // entry holds its row
+  logic             e_q, e_d;                                  // entry of the tile row
+  logic             pf_q, pf_d;                                // next row requested
+  logic             ah_q, ah_d;                                // A chunk held (K fits)
+  logic             la_q, la_d, lw_q, lw_d;                    // the step loads A / W
+  logic             zr_q, zr_d;                                // a zero tile row
+  logic             bfirst_q, bfirst_d, blast_q, blast_d;      // first / last step of the row
+  logic [ChW-1:0]   c_q, c_d;                                  // next chunk to look at
+  logic [CT-1:0]    cb_q, cb_d, wm_q, wm_d;                    // chunk bits, tiles to load
+  logic [31:0]      rank_q, rank_d;                            // stored tiles before the next
+  logic [63:0]      nbm_q, nbm_d;                              // bitmap row of tile row + 1
 
   // Parameters of the next step (from the loop state).
   logic [16:0]      m_rem, n_rem, k_rem;
@@ -107,6 +155,47 @@ module tsr_loader #(
                    (reuse_w || busy_w_q[nw] == 3'd0);
   assign seg_hs  = seg_valid_o && seg_ready_i;
 
+  // GEMM_BSR: the tile row's chunks holding a stored tile, the next one from
+  // c_q, its bits, whether it is the row's last; the next tile to load.
+  logic [1023:0]    row;
+  logic [NCh-1:0]   ne, cand;
+  logic [ChW-1:0]   cn;
+  logic [CT-1:0]    cb, wbit;
+  logic [XW-1:0]    wx;
+  logic             blast, bnext, bla, blw, bprep_ok, bna, bnw;
+  logic [16:0]      bk0, bk_rem;
+  logic [KcW-1:0]   bkc;
+  logic [NLenW-1:0] bn_len;
+  assign row = e_q ? bm1_q : bm0_q;
+  always_comb begin
+    for (int c = 0; c < NCh; c++) begin
+      ne[c] = bk128_i ? |row[c*(CT/2) +: CT/2] : |row[c*CT +: CT];
+      cand[c] = ne[c] && (ChW'(c) >= c_q);
+    end
+    cn = '0;
+    for (int c = NCh - 1; c >= 0; c--) if (cand[c]) cn = ChW'(c);
+    cb = '0;
+    for (int c = 0; c < NCh; c++) begin
+      if (cn == ChW'(c)) cb = bk128_i ? CT'(row[c*(CT/2) +: CT/2]) : row[c*CT +: CT];
+    end
+    wx = '0;
+    for (int x = CT - 1; x >= 0; x--) if (wm_q[x]) wx = XW'(x);
+    wbit = CT'(1) << wx;
+  end
+  assign blast    = (cand & (cand - NCh'(1))) == '0;   // no chunk after cn
+  assign bnext    = (n0_q + 17'd16 < {1'b0, n_i}) ||
+                    (m0_q + (gemv_q ? 17'd1 : 17'(Rows)) < {1'b0, m_i});
+  assign bk0      = 17'({cn, {LogKc{1'b0}}});
+  assign bk_rem   = {1'b0, k_i} - bk0;
+  assign bkc      = (bk_rem >= 17'(KChunk)) ? KcW'(KChunk) : KcW'(bk_rem);
+  assign bn_len   = (n_rem >= 17'd16) ? NLenW'(16) : NLenW'(n_rem);
+  // A is kept while K fits one chunk, W while N fits one tile row too
+  assign bla      = !((k_i <= 16'(KChunk)) && ah_q);
+  assign blw      = !((k_i <= 16'(KChunk)) && (n_i <= 16'd16) && (m0_q != 17'd0));
+  assign bna      = bla ? !sa_q : sa_q;
+  assign bnw      = blw ? !sw_q : sw_q;
+  assign bprep_ok = !full_i && (!bla || busy_a_q[bna] == 3'd0) && (!blw || busy_w_q[bnw] == 3'd0);
+
   always_comb begin
     st_d = st_q;
     gemv_d = gemv_q;
@@ -115,15 +204,70 @@ module tsr_loader #(
     seg_ptr_d = seg_ptr_q; seg_idx_d = seg_idx_q; grp_ptr_d = grp_ptr_q;
     sa_d = sa_q; sw_d = sw_q;
     mlen_d = mlen_q; nlen_d = nlen_q; kc_d = kc_q; reuse_w_d = reuse_w_q;
+    bsr_d = bsr_q; e_d = e_q; pf_d = pf_q; ah_d = ah_q; la_d = la_q; lw_d = lw_q; zr_d = zr_q;
+    bfirst_d = bfirst_q; blast_d = blast_q; c_d = c_q; cb_d = cb_q; wm_d = wm_q;
+    rank_d = rank_q; nbm_d = nbm_q;
     unique case (st_q)
       LIdle: begin
         if (start_i) begin
           gemv_d = gemv_i;
           m0_d = '0; n0_d = '0; k0_d = '0;
           a_blk_d = a_addr_i; w_blk_d = w_addr_i; c_row_d = c_addr_i;
-          st_d = LPrep;
+          bsr_d = bsr_i;
+          e_d = 1'b0; pf_d = 1'b0; ah_d = 1'b0; c_d = '0; bfirst_d = 1'b1; rank_d = '0;
+          nbm_d = w_addr_i + 64'(ldw_i);
+          st_d = bsr_i ? LBChunk : LPrep;
         end
       end
+      // GEMM_BSR: the next chunk of the tile row holding a stored tile
+      LBChunk: begin
+        if (bmv_q[e_q]) begin
+          if (ne == '0) begin
+            zr_d = 1'b1;
+            blast_d = 1'b1;
+            mlen_d = m_len;
+            nlen_d = bn_len;
+            st_d = (bnext && !pf_q) ? LBBm : LBZero;
+          end else if (bprep_ok) begin
+            zr_d = 1'b0;
+            sa_d = bna;
+            sw_d = bnw;
+            la_d = bla;
+            lw_d = blw;
+            c_d = cn;
+            k0_d = bk0;
+            kc_d = bkc;
+            mlen_d = m_len;
+            nlen_d = bn_len;
+            cb_d = cb;
+            wm_d = cb;
+            blast_d = blast;
+            seg_idx_d = '0;
+            seg_ptr_d = a_blk_q + 64'(bk0);
+            if (bnext && !pf_q) st_d = LBBm;
+            else if (bla) st_d = LASeg;
+            else if (blw) st_d = LBWSeg;
+            else st_d = LPush;
+          end
+        end
+      end
+      LBBm: begin
+        if (seg_hs) begin
+          pf_d = 1'b1;
+          if (zr_q) st_d = LBZero;
+          else if (la_q) st_d = LASeg;
+          else if (lw_q) st_d = LBWSeg;
+          else st_d = LPush;
+        end
+      end
+      LBWSeg: begin
+        if (seg_hs) begin
+          wm_d = wm_q & ~wbit;
+          rank_d = rank_q + 32'd1;
+          if ((wm_q & ~wbit) == '0) st_d = LPush;
+        end
+      end
+      LBZero: if (z_ready_i) st_d = LNext;
       LPrep: begin
         if (prep_ok) begin
           sa_d = na;
@@ -151,7 +295,10 @@ module tsr_loader #(
           seg_idx_d = seg_idx_q + 8'd1;
           if (seg_idx_q + 8'd1 == 8'(mlen_q)) begin
             seg_idx_d = '0;
-            if (!reuse_w_q) begin
+            if (bsr_q) begin
+              ah_d = 1'b1;
+              st_d = lw_q ? LBWSeg : LPush;
+            end else if (!reuse_w_q) begin
               seg_ptr_d = w_blk_q + 64'(k0_q);
               grp_ptr_d = w_blk_q + 64'(k0_q);
               st_d = LWSeg;
@@ -180,7 +327,31 @@ module tsr_loader #(
       LPush: st_d = LNext;
       LNext: begin
         st_d = LPrep;
-        if (k0_q + 17'(kc_q) < {1'b0, k_i}) begin
+        if (bsr_q) begin
+          bfirst_d = 1'b0;
+          st_d = LBChunk;
+          if (!blast_q) begin
+            c_d = c_q + ChW'(1);
+          end else begin
+            // the next tile row, its bitmap row in the other entry
+            e_d = !e_q; pf_d = 1'b0; c_d = '0; bfirst_d = 1'b1;
+            if (n0_q + 17'd16 < {1'b0, n_i}) begin
+              n0_d = n0_q + 17'd16;
+              nbm_d = nbm_q + 64'(ldw_i);
+            end else begin
+              n0_d = '0;
+              nbm_d = w_addr_i + 64'(ldw_i);
+              rank_d = '0; ah_d = 1'b0;
+              if (m0_q + (gemv_q ? 17'd1 : 17'(Rows)) < {1'b0, m_i}) begin
+                m0_d = m0_q + (gemv_q ? 17'd1 : 17'(Rows));
+                a_blk_d = a_blk_q + (gemv_q ? {32'd0, lda_i} : ({32'd0, lda_i} << LogRows));
+                c_row_d = c_row_q + (gemv_q ? {32'd0, ldc_i} : ({32'd0, ldc_i} << LogRows));
+              end else begin
+                st_d = LIdle;
+              end
+            end
+          end
+        end else if (k0_q + 17'(kc_q) < {1'b0, k_i}) begin
           k0_d = k0_q + 17'(KChunk);
         end else begin
           k0_d = '0;
@@ -213,7 +384,13 @@ module tsr_loader #(
       seg_ptr_q <= '0; seg_idx_q <= '0; grp_ptr_q <= '0;
       sa_q <= 1'b0; sw_q <= 1'b0;
       mlen_q <= '0; nlen_q <= '0; kc_q <= '0; reuse_w_q <= 1'b0;
+      bsr_q <= 1'b0; e_q <= 1'b0; pf_q <= 1'b0; ah_q <= 1'b0; la_q <= 1'b0; lw_q <= 1'b0;
+      zr_q <= 1'b0; bfirst_q <= 1'b0; blast_q <= 1'b0; c_q <= '0; cb_q <= '0; wm_q <= '0;
+      rank_q <= '0; nbm_q <= '0;
     end else begin
+      bsr_q <= bsr_d; e_q <= e_d; pf_q <= pf_d; ah_q <= ah_d; la_q <= la_d; lw_q <= lw_d;
+      zr_q <= zr_d; bfirst_q <= bfirst_d; blast_q <= blast_d; c_q <= c_d; cb_q <= cb_d;
+      wm_q <= wm_d; rank_q <= rank_d; nbm_q <= nbm_d;
       st_q <= st_d;
       gemv_q <= gemv_d;
       m0_q <= m0_d; n0_q <= n0_d; k0_q <= k0_d;
@@ -221,6 +398,28 @@ module tsr_loader #(
       seg_ptr_q <= seg_ptr_d; seg_idx_q <= seg_idx_d; grp_ptr_q <= grp_ptr_d;
       sa_q <= sa_d; sw_q <= sw_d;
       mlen_q <= mlen_d; nlen_q <= nlen_d; kc_q <= kc_d; reuse_w_q <= reuse_w_d;
+    end
+  end
+
+  // Walk entries: a bitmap row's words as they arrive; an entry is valid
+  // from its row's last word until a new row is requested into it.
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      bmv_q <= '0;
+    end else begin
+      if (st_q == LBBm && seg_hs) bmv_q[!e_q] <= 1'b0;
+      if (bm_we_i && bm_word_i == (rb_i > 8'd64)) bmv_q[bm_entry_i] <= 1'b1;
+    end
+  end
+  always_ff @(posedge clk_i) begin
+    if (bm_we_i) begin
+      // word 0 comes first and clears word 1 (a one-word row has no bits there)
+      unique case ({bm_entry_i, bm_word_i})
+        2'b00: bm0_q <= {512'd0, bm_data_i};
+        2'b01: bm0_q[1023:512] <= bm_data_i;
+        2'b10: bm1_q <= {512'd0, bm_data_i};
+        default: bm1_q[1023:512] <= bm_data_i;
+      endcase
     end
   end
 
@@ -239,25 +438,47 @@ module tsr_loader #(
   end
 
   assign idle_o      = (st_q == LIdle);
-  assign seg_valid_o = (st_q == LASeg) || (st_q == LWSeg);
-  assign seg_addr_o  = seg_ptr_q;
-  assign seg_len_o   = kc_q;
-  assign seg_w_o     = (st_q == LWSeg);
+  assign seg_valid_o = (st_q == LASeg) || (st_q == LWSeg) || (st_q == LBBm) || (st_q == LBWSeg);
+  always_comb begin
+    seg_addr_o  = seg_ptr_q;
+    seg_len_o   = kc_q;
+    seg_dest_o  = (st_q == LWSeg) ? DestW : DestA;
+    seg_bank_o  = seg_idx_q;
+    seg_waddr_o = {(st_q == LWSeg) ? sw_q : sa_q, {SlotAw{1'b0}}};
+    if (st_q == LBBm) begin
+      seg_addr_o  = (n0_q + 17'd16 < {1'b0, n_i}) ? nbm_q : w_addr_i;
+      seg_len_o   = KcW'(rb_i);
+      seg_dest_o  = DestDesc;
+      seg_bank_o  = BankWalk + 8'(!e_q);
+      seg_waddr_o = '0;
+    end else if (st_q == LBWSeg) begin
+      // a tile: BSR_BN rows of BK bytes, word i into W bank i / (BK/64)
+      seg_addr_o  = tiles_i + (bk128_i ? {21'd0, rank_q, 11'd0} : {22'd0, rank_q, 10'd0});
+      seg_len_o   = bk128_i ? KcW'(2048) : KcW'(1024);
+      seg_dest_o  = DestWT;
+      seg_bank_o  = bk128_i ? 8'({wx, 1'b0}) : 8'(wx);
+      seg_waddr_o = {sw_q, {SlotAw{1'b0}}};
+    end
+  end
   // W bank j is fed by port j % NumPorts when W is striped, else by port 0.
   assign seg_port_o  = (st_q == LWSeg && striped_i) ? PortW'(32'(seg_idx_q) % NumPorts) : '0;
-  assign seg_bank_o  = seg_idx_q;
-  assign seg_waddr_o = {(st_q == LWSeg) ? sw_q : sa_q, {SlotAw{1'b0}}};
   assign push_o      = (st_q == LPush);
   assign st_sa_o     = sa_q;
   assign st_sw_o     = sw_q;
   assign st_kc_o     = kc_q;
-  assign st_first_o  = (k0_q == 17'd0);
-  assign st_last_o   = (k0_q + 17'(kc_q) == {1'b0, k_i});
+  assign st_first_o  = bsr_q ? bfirst_q : (k0_q == 17'd0);
+  assign st_last_o   = bsr_q ? blast_q : (k0_q + 17'(kc_q) == {1'b0, k_i});
   assign st_gemv_o   = gemv_q;
   assign st_mlen_o   = mlen_q;
   assign st_nlen_o   = nlen_q;
   assign st_c_o      = c_row_q + {45'd0, n0_q, 2'b00};
   assign st_target_o = segs_issued_i;
+  assign st_bsr_o    = bsr_q;
+  assign st_cb_o     = cb_q;
+  assign z_valid_o   = (st_q == LBZero);
+  assign z_c_o       = c_row_q + {45'd0, n0_q, 2'b00};
+  assign z_mlen_o    = mlen_q;
+  assign z_nlen_o    = nlen_q;
 
 `ifndef SYNTHESIS
   // Checkers sample the reset synchronously.

@@ -523,6 +523,181 @@ static int t_many_tiles(void) {
   return rc;
 }
 
+/* ---- block-sparse W (GEMM_BSR_I8_I32, hw/README.md "Block-sparse weights") ----
+ * The test's own layout: a bitmap row of ceil(ceil(K/BK)/8) bytes per tile
+ * row of 16 W rows, LDB apart; the stored tiles (16 x BK bytes, row j at
+ * +j*BK) from the next 64-byte boundary, tile rows in order, k order inside
+ * a row. Tiles not kept are zeros in the dense W the reference multiplies;
+ * bytes the kernel must not use (bitmap padding, tile bytes past N or K)
+ * are random. */
+typedef struct {
+  prob_t p;
+  uint32_t bk, ldb, nnz;
+  uint64_t bm, elems;
+  uint64_t rd; /* bytes the documented dataflow reads */
+} bsr_t;
+
+/* Bytes read by the dataflow of hw/README.md: the descriptor; every bitmap
+ * row for the count and row 0 for the walk; the next tile row's bitmap row
+ * in each tile row but the last; per m block and tile row, the A rows of
+ * each k chunk holding a stored tile (once per m block when K fits one
+ * chunk) and every stored tile (once in all when N fits one tile row too). */
+static uint64_t bsr_bytes(const bsr_t *b, const uint8_t *bm, uint32_t rows, uint32_t cols) {
+  const prob_t *p = &b->p;
+  const uint64_t kchunk = 4096, ktc = kchunk / b->bk;
+  uint32_t ntr = (p->n + 15) / 16, nkt = (p->k + b->bk - 1) / b->bk, rb = (nkt + 7) / 8;
+  int gemv = (uint64_t)p->m * cols < 64;
+  uint32_t mrows = gemv ? 1 : rows, mblocks = (p->m + mrows - 1) / mrows;
+  int kfits = nkt <= ktc, wfits = p->n <= 16;
+  uint64_t rd = 64 + (uint64_t)(ntr + 1) * rb + ((uint64_t)mblocks * ntr - 1) * rb;
+  for (uint32_t mb = 0; mb < mblocks; mb++) {
+    uint64_t ml = gemv ? 1 : (p->m - mb * mrows < mrows ? p->m - mb * mrows : mrows);
+    int a_held = 0;
+    for (uint32_t tr = 0; tr < ntr; tr++) {
+      const uint8_t *row = bm + (size_t)tr * b->ldb;
+      for (uint64_t t0 = 0; t0 < nkt; t0 += ktc) {
+        uint64_t in = 0;
+        for (uint64_t t = t0; t < t0 + ktc && t < nkt; t++) in += (row[t / 8] >> (t % 8)) & 1;
+        if (!in) continue;
+        uint64_t k0 = t0 * b->bk, kc = p->k - k0 < kchunk ? p->k - k0 : kchunk;
+        if (!(kfits && a_held)) rd += ml * kc;
+        a_held = 1;
+        if (!(kfits && wfits && mb)) rd += in * 16 * b->bk;
+      }
+    }
+  }
+  return rd;
+}
+
+static int bsr_make(dev_t_ *d, bsr_t *b, uint32_t m, uint32_t n, uint32_t k, uint32_t bk,
+                    double density, int pad) {
+  memset(b, 0, sizeof *b);
+  if (prob_make(d, &b->p, m, n, k, pad, 0)) return -1;
+  prob_t *p = &b->p;
+  uint32_t ntr = (n + 15) / 16, nkt = (k + bk - 1) / bk, rb = (nkt + 7) / 8;
+  b->bk = bk;
+  b->ldb = rb + (pad ? rnd_range(0, 9) : 0);
+  uint8_t *bm = malloc((size_t)ntr * b->ldb);
+  for (size_t i = 0; i < (size_t)ntr * b->ldb; i++) bm[i] = (uint8_t)rnd();
+  uint32_t cap = ntr * nkt;
+  uint8_t *tiles = malloc((size_t)cap * 16 * bk);
+  for (size_t i = 0; i < (size_t)cap * 16 * bk; i++) tiles[i] = (uint8_t)rnd();
+  for (uint32_t tr = 0; tr < ntr; tr++) {
+    uint8_t *row = bm + (size_t)tr * b->ldb;
+    memset(row, 0, rb);
+    for (uint32_t t = 0; t < nkt; t++) {
+      int keep = density >= 1.0 || (double)(rnd() % 1000) < density * 1000.0;
+      uint32_t nl = n - 16 * tr < 16 ? n - 16 * tr : 16, kl = k - t * bk < bk ? k - t * bk : bk;
+      for (uint32_t j = 0; j < nl; j++) {
+        int8_t *w = p->hw + (size_t)(16 * tr + j) * p->ldw + (size_t)t * bk;
+        if (keep) memcpy(tiles + (size_t)b->nnz * 16 * bk + (size_t)j * bk, w, kl);
+        else memset(w, 0, kl);
+      }
+      if (keep) {
+        row[t / 8] |= (uint8_t)(1u << (t % 8));
+        b->nnz++;
+        b->elems += (uint64_t)nl * kl;
+      }
+    }
+  }
+  ref_gemm(p);
+  b->rd = bsr_bytes(b, bm, d->rows, d->cols);
+  uint64_t span = (uint64_t)ntr * b->ldb, tb = (uint64_t)b->nnz * 16 * bk;
+  b->bm = dev_alloc(d, span + 64 + tb, pad ? 1 : 64, pad ? rnd_range(0, 63) : 0);
+  uint64_t t0 = (b->bm + span + 63) / 64 * 64;
+  CHECK(api.mem_write(d->sim, b->bm, bm, span) == 0, "mem_write bitmaps");
+  if (tb) CHECK(api.mem_write(d->sim, t0, tiles, tb) == 0, "mem_write tiles");
+  free(bm);
+  free(tiles);
+  return 0;
+}
+
+static void bsr_desc(const bsr_t *b, uint8_t out[64]) {
+  const prob_t *p = &b->p;
+  tsr_desc_t dsc = {TSR_OP_GEMM_BSR_I8_I32, 0, p->m, p->n, p->k, p->lda, b->ldb, p->ldc,
+                    p->a, b->bm, p->c, (uint32_t)TSR_HW_BSR_BN << 16 | b->bk, b->nnz};
+  tsr_desc_pack(out, &dsc);
+}
+
+/* Runs block-sparse problems in one ring: C bit-exact, guards intact,
+ * MACS = M x the stored tiles' elements inside N x K, BYTES_WR. */
+static int run_bsrs(dev_t_ *d, bsr_t *bs, int n, result_t *out) {
+  uint64_t ring = dev_alloc(d, 64 * (uint64_t)n, 64, 0);
+  uint8_t *buf = malloc(64 * (size_t)n);
+  for (int i = 0; i < n; i++) bsr_desc(&bs[i], buf + 64 * i);
+  api.mem_write(d->sim, ring, buf, 64 * (size_t)n);
+  free(buf);
+  result_t r;
+  if (launch(d, d->cfg.mem_base, d->cfg.mem_size, ring, n, &r)) return -1;
+  CHECK(r.status == 0, "status %u at descriptor %u", r.status, r.err_index);
+  CHECK(r.desc_done == (uint32_t)n, "desc_done %u of %d", r.desc_done, n);
+  uint64_t macs = 0, wr = 0, rd = 0;
+  for (int i = 0; i < n; i++) {
+    if (prob_check(d, &bs[i].p)) return -1;
+    macs += (uint64_t)bs[i].p.m * bs[i].elems;
+    wr += 4ull * bs[i].p.m * bs[i].p.n;
+    rd += bs[i].rd;
+  }
+  CHECK(r.bytes_rd == rd, "BYTES_RD %" PRIu64 " want %" PRIu64, r.bytes_rd, rd);
+  CHECK(r.macs == macs, "MACS %" PRIu64 " want %" PRIu64, r.macs, macs);
+  CHECK(r.bytes_wr == wr, "BYTES_WR %" PRIu64 " want %" PRIu64, r.bytes_wr, wr);
+  if (g_cycles)
+    printf("cycles %s: %d descriptors busy %" PRIu64 " stall %" PRIu64 " rd %" PRIu64 "\n",
+           g_test, n, r.busy, r.stall, r.bytes_rd);
+  if (out) *out = r;
+  return 0;
+}
+
+static int bsr_ops(dev_t_ *d, int *has) {
+  uint32_t ops;
+  if (rd32(d, TSR_STAT_HW_OPS, &ops)) return -1;
+  *has = (ops >> TSR_OP_GEMM_BSR_I8_I32) & 1;
+  CHECK((ops & 3u) == 3u, "HW_OPS 0x%x without NOP and GEMM", ops);
+  return 0;
+}
+
+/* Odd shapes at densities 0 .. 1, both tile widths, GEMV and GEMM, K over
+ * two chunks, random strides and alignments. */
+static int t_bsr(void) {
+  dev_t_ d;
+  if (dev_open(&d, 64 << 20)) return -1;
+  int has;
+  if (bsr_ops(&d, &has)) return -1;
+  if (!has) {
+    printf("SKIP bsr: this geometry (%ux%u) has no GEMM_BSR (HW_OPS)\n", d.rows, d.cols);
+    dev_close(&d);
+    return 0;
+  }
+  static const struct { uint32_t m, n, k, bk; double dens; } cs[] = {
+      {1, 16, 64, 64, 1.0},     {16, 16, 64, 64, 1.0},   {5, 7, 9, 64, 1.0},
+      {3, 40, 200, 128, 0.5},   {37, 29, 172, 64, 0.5},  {1, 300, 257, 128, 0.25},
+      {20, 33, 100, 64, 0.0},   {2, 50, 4097, 128, 0.5}, {17, 18, 4300, 64, 0.25},
+      {1, 64, 8192, 64, 0.125}, {40, 64, 128, 128, 1.0}, {1, 17, 1, 64, 1.0},
+  };
+  int nc = (int)(sizeof cs / sizeof cs[0]);
+  bsr_t b[12];
+  for (int i = 0; i < nc; i++)
+    if (bsr_make(&d, &b[i], cs[i].m, cs[i].n, cs[i].k, cs[i].bk, cs[i].dens, i % 3 != 0)) return -1;
+  int rc = run_bsrs(&d, b, nc, NULL);
+  for (int i = 0; i < nc; i++) prob_free(&b[i].p);
+  /* rings of one density and tile width after another on one instance */
+  static const uint32_t sh[][3] = {
+      {1, 1, 1},     {3, 17, 130},  {17, 33, 257}, {5, 40, 1000}, {33, 16, 128},
+      {1, 300, 700}, {20, 47, 4100}, {2, 5, 65535}, {64, 64, 64}, {4, 31, 383},
+  };
+  static const double dens[] = {0, 0.25, 0.5, 1};
+  for (int di = 0; di < 8 && !rc; di++) {
+    d.next = d.cfg.mem_base + 4096;
+    for (int i = 0; i < 10; i++)
+      if (bsr_make(&d, &b[i], sh[i][0], sh[i][1], sh[i][2], di % 2 ? 128 : 64, dens[di / 2], 1))
+        return -1;
+    rc = run_bsrs(&d, b, 10, NULL);
+    for (int i = 0; i < 10; i++) prob_free(&b[i].p);
+  }
+  dev_close(&d);
+  return rc;
+}
+
 /* Every refusal: error code, index, nothing touched outside the results of
  * the descriptors before the bad one. */
 static int t_refuse(void) {
@@ -792,7 +967,7 @@ static const struct { const char *name; int (*fn)(void); int quick; } tests[] = 
     {"gemm_small", t_gemm_small, 1}, {"gemm_edges", t_gemm_edges, 1},
     {"gemm_random", t_gemm_random, 1}, {"many_tiles", t_many_tiles, 1},
     {"refuse", t_refuse, 1},       {"instances", t_instances, 1},
-    {"striped", t_striped, 1},
+    {"striped", t_striped, 1},     {"bsr", t_bsr, 1},
     {"perf", t_perf, 0},
 };
 
