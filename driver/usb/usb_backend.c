@@ -112,6 +112,7 @@ typedef struct usb_device {
   usb_xfer_t out_x[USB_MAX_WINDOW], in_x[USB_MAX_WINDOW];
   tsr_usb_link_t *link;
   tsr_usb_info_t info;
+  uint32_t ops; /* the opcodes the board runs (HW_OPS) */
   tsr_devmem_t *dm;
   tsr_usb_req_t *batch; /* (USB_BATCH) */
   /* options */
@@ -438,6 +439,21 @@ static tsr_status_t hello(usb_device_t *dev, uint32_t nonce) {
   return TSR_OK;
 }
 
+/* The opcodes the board's kernel runs: HW_OPS from interface version 3 on,
+ * NOP and GEMM before it. */
+static tsr_status_t read_ops(usb_device_t *dev) {
+  tsr_usb_req_t r = {.type = TSR_USB_T_REG_READ, .addr = TSR_STAT_HW_INFO};
+  TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reading HW_INFO");
+  dev->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  if ((r.r_arg0 >> 16 & 0xff) < 3) return TSR_OK;
+  r = (tsr_usb_req_t){.type = TSR_USB_T_REG_READ, .addr = TSR_STAT_HW_OPS};
+  TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reading HW_OPS");
+  if (!(r.r_arg0 >> TSR_OP_GEMM_I8_I32 & 1))
+    return TSR_ERR(DEVICE, "usb: the board's HW_OPS 0x%" PRIx32 " lacks GEMM_I8_I32", r.r_arg0);
+  dev->ops = r.r_arg0;
+  return TSR_OK;
+}
+
 static const tsr_queue_ops_t usb_queue_ops;
 
 static tsr_status_t usb_open_dev(usb_device_t *dev, const tsr_hal_open_params_t *params) {
@@ -476,6 +492,7 @@ static tsr_status_t usb_open_dev(usb_device_t *dev, const tsr_hal_open_params_t 
   TSR_RETURN_IF(tsr_usb_link_create(&cfg, &tr, &link));
   dev->link = link;
   TSR_RETURN_IF(hello(dev, nonce));
+  TSR_RETURN_IF(read_ops(dev));
   TSR_RETURN_IF(tsr_devmem_create(dev->info.mem_base, dev->info.mem_size, &dev->dm));
   tsr_queue_config_t qc = {.name = USB_NAME, .ops = &usb_queue_ops, .impl = dev,
                            .poll_first_ns = dev->poll_us * 1000, .poll_max_ns = 2000000};
@@ -525,7 +542,7 @@ static void usb_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->link_latency_s = dev->board.link_latency_s;
   out->launch_latency_s = dev->board.launch_latency_s;
   out->mem_ports = 1;
-  out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  out->ops = dev->ops;
 }
 
 /* With the queue's lock held. */

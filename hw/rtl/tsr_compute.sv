@@ -93,19 +93,25 @@ module tsr_compute #(
   logic [KcW-1:0]   nstart, nend, nlen, chunk_kc;
   logic [TW-1:0]    nlast;
   logic             nbk128, ngemv;
-  always_comb begin
-    nmask    = start ? cb_i : mask_q;
-    chunk_kc = start ? kc_i : kc_q;
-    nbk128   = bk128_i;
-    ngemv    = start ? gemv_i : gemv_q;
-    nx = '0;
-    for (int x = CT - 1; x >= 0; x--) if (nmask[x]) nx = XW'(x);
-    nstart = nbk128 ? KcW'({nx, 7'd0}) : KcW'({nx, 6'd0});
-    nend   = (nstart + (nbk128 ? KcW'(128) : KcW'(64)) < chunk_kc) ?
-             nstart + (nbk128 ? KcW'(128) : KcW'(64)) : chunk_kc;
-    nlen   = nend - nstart;
-    nlast  = ngemv ? TW'((nlen + KcW'(Rows - 1)) >> LogRows) - TW'(1) : TW'(nlen) - TW'(1);
+  assign nmask    = start ? cb_i : mask_q;
+  assign chunk_kc = start ? kc_i : kc_q;
+  assign nbk128   = bk128_i;
+  assign ngemv    = start ? gemv_i : gemv_q;
+  // index of the lowest set bit (an OR of the bits whose index has bit b set)
+  logic [CT-1:0] nlow;
+  assign nlow = nmask & (~nmask + CT'(1));
+  for (genvar b = 0; b < XW; b++) begin : g_nx
+    logic [CT-1:0] sel;
+    for (genvar x = 0; x < CT; x++) begin : g_sel
+      assign sel[x] = ((x >> b) & 1) != 0;
+    end
+    assign nx[b] = |(nlow & sel);
   end
+  assign nstart = nbk128 ? KcW'({nx, 7'd0}) : KcW'({nx, 6'd0});
+  assign nend   = (nstart + (nbk128 ? KcW'(128) : KcW'(64)) < chunk_kc) ?
+                  nstart + (nbk128 ? KcW'(128) : KcW'(64)) : chunk_kc;
+  assign nlen   = nend - nstart;
+  assign nlast  = ngemv ? TW'((nlen + KcW'(Rows - 1)) >> LogRows) - TW'(1) : TW'(nlen) - TW'(1);
 
   // Every port has delivered the step's segments (ports finish out of order,
   // so each is compared on its own; the counters wrap).

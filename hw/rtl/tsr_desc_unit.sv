@@ -181,52 +181,65 @@ module tsr_desc_unit #(
   logic         bm_bad_q;                 // a bit past K
   logic         bm_lb_q;                  // the row's last k tile is stored
   logic [47:0]  bm_elems_q;               // sum over rows of W rows x k bytes stored
-  logic [10:0]  vbits;                    // bits of k tiles in this word
-  logic [6:0]   vbytes;                   // bytes of the row in this word
-  logic [511:0] kmask, bmask, bm_in;
-  logic [9:0]   bm_pc;
+  logic [10:0]  vbits;                    // bits of k tiles in the word arriving
+  logic [6:0]   vbytes;                   // bytes of the row in it
+  logic [511:0] kmask, bmask;
+  logic [9:0]   bmw_pc_q;                 // the last word's k tiles stored
+  logic         bmw_lb_q;                 // its bit of the row's last k tile
+  logic         bmw_v_q, bmw_word_q;      // it is to be counted; its index in the row
   logic         bm_lb, row_end;
   logic [10:0]  row_tiles;
   logic [18:0]  row_k;                    // k bytes stored in the row
   logic [23:0]  row_elems;
-  always_comb begin
-    vbits  = bm_word_i ? ((nkt > 11'd512) ? nkt - 11'd512 : 11'd0)
-                       : ((nkt > 11'd512) ? 11'd512 : nkt);
-    vbytes = bm_word_i ? ((rb > 8'd64) ? 7'(rb - 8'd64) : 7'd0)
-                       : ((rb > 8'd64) ? 7'd64 : 7'(rb));
-    kmask  = (vbits >= 11'd512) ? {512{1'b1}} : ((512'(1) << vbits) - 512'(1));
-    bmask  = (vbytes >= 7'd64) ? {512{1'b1}} : ((512'(1) << {vbytes, 3'b000}) - 512'(1));
-    bm_in  = desc_word_i & kmask;
-    bm_pc  = '0;
-    for (int i = 0; i < 512; i++) bm_pc = bm_pc + 10'(bm_in[i]);
-    // the row's last k tile lies in word (nkt - 1) / 512
-    bm_lb  = bm_lb_q;
-    if (bm_word_i == (nkt > 11'd512)) bm_lb = desc_word_i[9'(nkt - 11'd1)];
-    row_end   = bm_word_i == (rb > 8'd64);
-    row_tiles = bm_rcnt_q + 11'(bm_pc);
-    row_k     = (bk128 ? {1'b0, row_tiles, 7'd0} : {2'b00, row_tiles, 6'd0}) -
-                (bm_lb ? 19'(padk) : 19'd0);
-    row_elems = 24'(row_k) * ((bm_row_q + 13'd1 == ntr) ? 24'(nlast) : 24'd16);
-  end
+  // the word arriving: its k tiles' bits (also the loader's mask)
+  assign vbits  = bm_word_i ? ((nkt > 11'd512) ? nkt - 11'd512 : 11'd0)
+                            : ((nkt > 11'd512) ? 11'd512 : nkt);
+  assign vbytes = bm_word_i ? ((rb > 8'd64) ? 7'(rb - 8'd64) : 7'd0)
+                            : ((rb > 8'd64) ? 7'd64 : 7'(rb));
+  assign kmask  = (vbits >= 11'd512) ? {512{1'b1}} : ((512'(1) << vbits) - 512'(1));
+  assign bmask  = (vbytes >= 7'd64) ? {512{1'b1}} : ((512'(1) << {vbytes, 3'b000}) - 512'(1));
+  // the registered word, counted a cycle after it arrived
+  // the row's last k tile lies in word (nkt - 1) / 512
+  assign bm_lb     = (bmw_word_q == (nkt > 11'd512)) ? bmw_lb_q : bm_lb_q;
+  assign row_end   = bmw_word_q == (rb > 8'd64);
+  assign row_tiles = bm_rcnt_q + 11'(bmw_pc_q);
+  assign row_k     = (bk128 ? {1'b0, row_tiles, 7'd0} : {2'b00, row_tiles, 6'd0}) -
+                     (bm_lb ? 19'(padk) : 19'd0);
+  assign row_elems = 24'(row_k) * ((bm_row_q + 13'd1 == ntr) ? 24'(nlast) : 24'd16);
 
+  // the count of the word arriving, registered (a loop in a clocked block:
+  // the one form iverilog settles without re-running the design)
+  always_ff @(posedge clk_i) begin
+    if (bm_we_i) begin
+      logic [9:0] pc;
+      pc = '0;
+      for (int i = 0; i < 512; i++) pc = pc + {9'd0, desc_word_i[i] & kmask[i]};
+      bmw_pc_q   <= pc;
+      bmw_lb_q   <= desc_word_i[9'(nkt - 11'd1)];
+      bmw_word_q <= bm_word_i;
+    end
+  end
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       bm_row_q <= '0; bm_rcnt_q <= '0; bm_cnt_q <= '0; bm_bad_q <= 1'b0; bm_lb_q <= 1'b0;
-      bm_elems_q <= '0;
+      bm_elems_q <= '0; bmw_v_q <= 1'b0;
     end else if (st_q == RChk3) begin
       bm_row_q <= '0; bm_rcnt_q <= '0; bm_cnt_q <= '0; bm_bad_q <= 1'b0; bm_lb_q <= 1'b0;
-      bm_elems_q <= '0;
-    end else if (bm_we_i) begin
-      bm_cnt_q <= bm_cnt_q + 32'(bm_pc);
-      if ((desc_word_i & bmask & ~kmask) != '0) bm_bad_q <= 1'b1;
-      if (row_end) begin
-        bm_row_q   <= bm_row_q + 13'd1;
-        bm_rcnt_q  <= '0;
-        bm_lb_q    <= 1'b0;
-        bm_elems_q <= bm_elems_q + 48'(row_elems);
-      end else begin
-        bm_rcnt_q <= row_tiles;
-        bm_lb_q   <= bm_lb;
+      bm_elems_q <= '0; bmw_v_q <= 1'b0;
+    end else begin
+      bmw_v_q <= bm_we_i;
+      if (bm_we_i && (desc_word_i & bmask & ~kmask) != '0) bm_bad_q <= 1'b1;
+      if (bmw_v_q) begin
+        bm_cnt_q <= bm_cnt_q + 32'(bmw_pc_q);
+        if (row_end) begin
+          bm_row_q   <= bm_row_q + 13'd1;
+          bm_rcnt_q  <= '0;
+          bm_lb_q    <= 1'b0;
+          bm_elems_q <= bm_elems_q + 48'(row_elems);
+        end else begin
+          bm_rcnt_q <= row_tiles;
+          bm_lb_q   <= bm_lb;
+        end
       end
     end
   end

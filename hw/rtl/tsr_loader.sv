@@ -167,20 +167,35 @@ module tsr_loader #(
   logic [KcW-1:0]   bkc;
   logic [NLenW-1:0] bn_len;
   assign row = e_q ? bm1_q : bm0_q;
-  always_comb begin
-    for (int c = 0; c < NCh; c++) begin
-      ne[c] = bk128_i ? |row[c*(CT/2) +: CT/2] : |row[c*CT +: CT];
-      cand[c] = ne[c] && (ChW'(c) >= c_q);
+  // a chunk's bits at BK 64 (CT bits) and at BK 128 (CT/2 bits) of the row
+  localparam int LogNCh = $clog2(NCh);
+  logic [CT-1:0]   sl64 [NCh];
+  logic [CT/2-1:0] sl128 [NCh];
+  for (genvar c = 0; c < NCh; c++) begin : g_chunk
+    assign sl64[c]  = row[c*CT +: CT];
+    assign sl128[c] = row[c*(CT/2) +: CT/2];
+    assign ne[c]    = bk128_i ? |sl128[c] : |sl64[c];
+  end
+  assign cand = ne & ~((NCh'(1) << c_q) - NCh'(1));
+  // lowest set bit, one-hot, then its index (an OR of the bits whose index
+  // has bit b set; no loop in a process)
+  logic [NCh-1:0] cand1;
+  assign cand1 = cand & (~cand + NCh'(1));
+  for (genvar b = 0; b < ChW; b++) begin : g_cn
+    logic [NCh-1:0] sel;
+    for (genvar c = 0; c < NCh; c++) begin : g_sel
+      assign sel[c] = ((c >> b) & 1) != 0;
     end
-    cn = '0;
-    for (int c = NCh - 1; c >= 0; c--) if (cand[c]) cn = ChW'(c);
-    cb = '0;
-    for (int c = 0; c < NCh; c++) begin
-      if (cn == ChW'(c)) cb = bk128_i ? CT'(row[c*(CT/2) +: CT/2]) : row[c*CT +: CT];
+    assign cn[b] = |(cand1 & sel);
+  end
+  assign cb = bk128_i ? CT'(sl128[cn[LogNCh-1:0]]) : sl64[cn[LogNCh-1:0]];
+  assign wbit = wm_q & (~wm_q + CT'(1));   // the lowest set bit
+  for (genvar b = 0; b < XW; b++) begin : g_wx
+    logic [CT-1:0] sel;
+    for (genvar x = 0; x < CT; x++) begin : g_sel
+      assign sel[x] = ((x >> b) & 1) != 0;
     end
-    wx = '0;
-    for (int x = CT - 1; x >= 0; x--) if (wm_q[x]) wx = XW'(x);
-    wbit = CT'(1) << wx;
+    assign wx[b] = |(wbit & sel);
   end
   assign blast    = (cand & (cand - NCh'(1))) == '0;   // no chunk after cn
   assign bnext    = (n0_q + 17'd16 < {1'b0, n_i}) ||
@@ -216,7 +231,8 @@ module tsr_loader #(
           bsr_d = bsr_i;
           e_d = 1'b0; pf_d = 1'b0; ah_d = 1'b0; c_d = '0; bfirst_d = 1'b1; rank_d = '0;
           nbm_d = w_addr_i + 64'(ldw_i);
-          st_d = bsr_i ? LBChunk : LPrep;
+          if (bsr_i) st_d = LBChunk;
+          else st_d = LPrep;
         end
       end
       // GEMM_BSR: the next chunk of the tile row holding a stored tile
@@ -227,7 +243,8 @@ module tsr_loader #(
             blast_d = 1'b1;
             mlen_d = m_len;
             nlen_d = bn_len;
-            st_d = (bnext && !pf_q) ? LBBm : LBZero;
+            if (bnext && !pf_q) st_d = LBBm;
+            else st_d = LBZero;
           end else if (bprep_ok) begin
             zr_d = 1'b0;
             sa_d = bna;
@@ -297,7 +314,8 @@ module tsr_loader #(
             seg_idx_d = '0;
             if (bsr_q) begin
               ah_d = 1'b1;
-              st_d = lw_q ? LBWSeg : LPush;
+              if (lw_q) st_d = LBWSeg;
+              else st_d = LPush;
             end else if (!reuse_w_q) begin
               seg_ptr_d = w_blk_q + 64'(k0_q);
               grp_ptr_d = w_blk_q + 64'(k0_q);
@@ -439,27 +457,20 @@ module tsr_loader #(
 
   assign idle_o      = (st_q == LIdle);
   assign seg_valid_o = (st_q == LASeg) || (st_q == LWSeg) || (st_q == LBBm) || (st_q == LBWSeg);
-  always_comb begin
-    seg_addr_o  = seg_ptr_q;
-    seg_len_o   = kc_q;
-    seg_dest_o  = (st_q == LWSeg) ? DestW : DestA;
-    seg_bank_o  = seg_idx_q;
-    seg_waddr_o = {(st_q == LWSeg) ? sw_q : sa_q, {SlotAw{1'b0}}};
-    if (st_q == LBBm) begin
-      seg_addr_o  = (n0_q + 17'd16 < {1'b0, n_i}) ? nbm_q : w_addr_i;
-      seg_len_o   = KcW'(rb_i);
-      seg_dest_o  = DestDesc;
-      seg_bank_o  = BankWalk + 8'(!e_q);
-      seg_waddr_o = '0;
-    end else if (st_q == LBWSeg) begin
-      // a tile: BSR_BN rows of BK bytes, word i into W bank i / (BK/64)
-      seg_addr_o  = tiles_i + (bk128_i ? {21'd0, rank_q, 11'd0} : {22'd0, rank_q, 10'd0});
-      seg_len_o   = bk128_i ? KcW'(2048) : KcW'(1024);
-      seg_dest_o  = DestWT;
-      seg_bank_o  = bk128_i ? 8'({wx, 1'b0}) : 8'(wx);
-      seg_waddr_o = {sw_q, {SlotAw{1'b0}}};
-    end
-  end
+  // (conditional assigns rather than defaults overridden in a block:
+  // iverilog wakes the readers on the intermediate values)
+  logic in_bm, in_wt;
+  assign in_bm = (st_q == LBBm);
+  assign in_wt = (st_q == LBWSeg);
+  assign seg_addr_o  = in_bm ? ((n0_q + 17'd16 < {1'b0, n_i}) ? nbm_q : w_addr_i) :
+                       in_wt ? tiles_i + (bk128_i ? {21'd0, rank_q, 11'd0} : {22'd0, rank_q, 10'd0}) :
+                       seg_ptr_q;
+  // a tile: BSR_BN rows of BK bytes, word i into W bank i / (BK/64)
+  assign seg_len_o   = in_bm ? KcW'(rb_i) : in_wt ? (bk128_i ? KcW'(2048) : KcW'(1024)) : kc_q;
+  assign seg_dest_o  = in_bm ? DestDesc : in_wt ? DestWT : (st_q == LWSeg) ? DestW : DestA;
+  assign seg_bank_o  = in_bm ? BankWalk + 8'(!e_q) :
+                       in_wt ? (bk128_i ? 8'({wx, 1'b0}) : 8'(wx)) : seg_idx_q;
+  assign seg_waddr_o = in_bm ? '0 : {(st_q == LWSeg || in_wt) ? sw_q : sa_q, {SlotAw{1'b0}}};
   // W bank j is fed by port j % NumPorts when W is striped, else by port 0.
   assign seg_port_o  = (st_q == LWSeg && striped_i) ? PortW'(32'(seg_idx_q) % NumPorts) : '0;
   assign push_o      = (st_q == LPush);

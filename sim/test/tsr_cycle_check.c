@@ -7,7 +7,7 @@
  * with the memory model's profile as the model's timing. Results are
  * checked against a naive reference, so a wrong kernel cannot pass.
  *
- *   tsr_cycle_check --lib PATH [--stripe] [--tol PCT] [--lat N] [--bw N] LAUNCH...
+ *   tsr_cycle_check --lib PATH [--stripe] [--bsr D[:BK]] [--tol PCT] [--lat N] [--bw N] LAUNCH...
  *   tsr_cycle_check --model ROWSxCOLSpPORTS [--lat N] [--bw N] LAUNCH...
  *
  * LAUNCH is a ring: shapes MxNxK separated by commas, a shape may repeat
@@ -19,7 +19,10 @@
  * (E %)". --model runs the functional model alone (no RTL) for a geometry
  * the RTL was not built at, W striped over the ports, and prints the
  * cycles and, for a single-row launch (GEMV), the fraction of the ports'
- * summed bandwidth that N*K + K + 4N bytes use.
+ * summed bandwidth that N*K + K + 4N bytes use. --bsr D:BK lays every W
+ * out block-sparse (GEMM_BSR_I8_I32, hw/README.md) with a fraction D of
+ * its 16 x BK tiles stored, chosen at random, the others zero in the
+ * reference.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -33,6 +36,8 @@
 #include "tsr_sim.h"
 
 static tsr_sim_api_t api;
+static double g_bsr = -1; /* --bsr density, or < 0: dense W */
+static uint32_t g_bk = 128;
 
 typedef struct {
   uint32_t m, n, k;
@@ -98,6 +103,7 @@ static int run_ring(dev_t_ *d, const shape_t *sh, int n, int stripe, uint64_t *r
   uint64_t next = d->cfg.mem_base + 4096;
   tsr_desc_t *ds = calloc((size_t)n, sizeof *ds);
   int32_t **refs = calloc((size_t)n, sizeof *refs);
+  uint8_t **bms = calloc((size_t)n, sizeof *bms);
   int rc = -1;
   for (int i = 0; i < n; i++) {
     uint32_t m = sh[i].m, nn = sh[i].n, k = sh[i].k;
@@ -109,13 +115,43 @@ static int run_ring(dev_t_ *d, const shape_t *sh, int n, int stripe, uint64_t *r
     q->m = m, q->n = nn, q->k = k, q->lda = k, q->ldw = k, q->ldc = 4 * nn;
     q->a_addr = next;
     next += ((uint64_t)m * k + 63) / 64 * 64;
-    if (stripe && d->ports > 1) {
+    if (g_bsr >= 0) {
+      /* bitmaps at W_ADDR (LDB = a row's bytes), the kept tiles from the
+       * next 64 bytes; W's other tiles become zeros */
+      const uint32_t bk = g_bk, ntr = (nn + 15) / 16, nkt = (k + bk - 1) / bk, rb = (nkt + 7) / 8;
+      uint8_t *bm = bms[i] = calloc((size_t)ntr * rb, 1);
+      uint8_t *tiles = calloc((size_t)ntr * nkt, 16ull * bk);
+      uint32_t nnz = 0;
+      for (uint32_t tr = 0; tr < ntr; tr++)
+        for (uint32_t t = 0; t < nkt; t++) {
+          int keep = g_bsr >= 1 || (double)((uint8_t)rnd8()) < g_bsr * 256.0;
+          for (uint32_t j = 0; j < 16 && tr * 16 + j < nn; j++)
+            for (uint32_t x = 0; x < bk && t * bk + x < k; x++) {
+              int8_t *v = &w[(size_t)(tr * 16 + j) * k + t * bk + x];
+              if (keep) tiles[(size_t)nnz * 16 * bk + (size_t)j * bk + x] = (uint8_t)*v;
+              else *v = 0;
+            }
+          if (keep) bm[(size_t)tr * rb + t / 8] |= (uint8_t)(1u << (t % 8)), nnz++;
+        }
+      q->opcode = TSR_OP_GEMM_BSR_I8_I32;
+      q->ldw = rb;
+      q->w_nch = 16u << 16 | bk;
+      q->w_cstride = nnz;
+      q->w_addr = next;
+      api.mem_write(d->sim, next, bm, (size_t)ntr * rb);
+      next = (next + (uint64_t)ntr * rb + 63) / 64 * 64;
+      api.mem_write(d->sim, next, tiles, (size_t)nnz * 16 * bk);
+      next += (uint64_t)nnz * 16 * bk;
+      free(tiles);
+    } else if (stripe && d->ports > 1) {
       q->w_nch = d->ports;
       q->w_cstride = ((nn + d->ports - 1) / d->ports * k + 63) / 64 * 64;
     }
-    q->w_addr = next;
-    next += (stripe && d->ports > 1) ? (uint64_t)d->ports * q->w_cstride
-                                     : ((uint64_t)nn * k + 63) / 64 * 64;
+    if (g_bsr < 0) {
+      q->w_addr = next;
+      next += (stripe && d->ports > 1) ? (uint64_t)d->ports * q->w_cstride
+                                       : ((uint64_t)nn * k + 63) / 64 * 64;
+    }
     q->c_addr = next;
     next += ((uint64_t)m * nn * 4 + 63) / 64 * 64;
     if (next > d->cfg.mem_base + d->cfg.mem_size) {
@@ -123,7 +159,8 @@ static int run_ring(dev_t_ *d, const shape_t *sh, int n, int stripe, uint64_t *r
       goto out;
     }
     api.mem_write(d->sim, q->a_addr, a, (size_t)m * k);
-    for (uint32_t r = 0; r < nn; r++) api.mem_write(d->sim, tsr_desc_w_row(q, r), w + (size_t)r * k, k);
+    if (g_bsr < 0)
+      for (uint32_t r = 0; r < nn; r++) api.mem_write(d->sim, tsr_desc_w_row(q, r), w + (size_t)r * k, k);
     refs[i] = malloc((size_t)m * nn * 4);
     for (uint32_t r = 0; r < m; r++)
       for (uint32_t c = 0; c < nn; c++) {
@@ -181,12 +218,15 @@ static int run_ring(dev_t_ *d, const shape_t *sh, int n, int stripe, uint64_t *r
   t.mem_latency = d->cfg.mem_latency;
   t.mem_bytes_per_cycle = d->cfg.mem_bytes_per_cycle;
   tsr_km_estimate_t e = {0};
-  for (int i = 0; i < n; i++) tsr_km_estimate_gemm_desc(&t, &ds[i], &e);
+  for (int i = 0; i < n; i++) {
+    if (g_bsr >= 0) tsr_km_estimate_bsr_desc(&t, &ds[i], bms[i], &e);
+    else tsr_km_estimate_gemm_desc(&t, &ds[i], &e);
+  }
   *model = e.cycles + tsr_km_launch_cycles(&t);
   rc = 0;
 out:
-  for (int i = 0; i < n; i++) free(refs[i]);
-  free(refs), free(ds);
+  for (int i = 0; i < n; i++) free(refs[i]), free(bms[i]);
+  free(refs), free(ds), free(bms);
   return rc;
 }
 
@@ -242,6 +282,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--bw") && i + 1 < argc) bw = (uint32_t)atoi(argv[++i]);
     else if (!strcmp(a, "--stripe")) stripe = 1;
     else if (!strcmp(a, "--model") && i + 1 < argc) geom = argv[++i];
+    else if (!strcmp(a, "--bsr") && i + 1 < argc) {
+      char *end;
+      g_bsr = strtod(argv[++i], &end);
+      if (*end == ':') g_bk = (uint32_t)strtoul(end + 1, &end, 10);
+      if (*end || g_bsr < 0 || g_bsr > 1 || (g_bk != 64 && g_bk != 128)) {
+        fprintf(stderr, "bad --bsr '%s' (want DENSITY[:BK], density 0..1, BK 64 or 128)\n",
+                argv[i]);
+        return 2;
+      }
+    }
     else if (a[0] != '-' && n_launch < 256) {
       const char *p = preset(a);
       if (!p) {
@@ -264,10 +314,14 @@ int main(int argc, char **argv) {
         launches[n_launch++] = tok;
     } else {
       fprintf(stderr,
-              "usage: %s --lib PATH [--stripe] [--tol PCT] [--lat N] [--bw N] LAUNCH...\n",
+              "usage: %s --lib PATH [--stripe] [--bsr D[:BK]] [--tol PCT] [--lat N] [--bw N] LAUNCH...\n",
               argv[0]);
       return 2;
     }
+  }
+  if (geom && g_bsr >= 0) {
+    fprintf(stderr, "--bsr needs the RTL (--lib)\n");
+    return 2;
   }
   if (geom && n_launch) return model_only(geom, lat, bw, launches, n_launch);
   if (!lib || !n_launch) {
@@ -296,9 +350,11 @@ int main(int argc, char **argv) {
   }
   api.geometry(d.sim, &d.rows, &d.cols);
   d.ports = api.ports ? api.ports(d.sim) : 1;
+  if (g_bsr >= 0) stripe = 0;
   printf("%ux%u array, %u read port(s)%s, memory %u B/cycle per channel, latency %u\n", d.rows,
          d.cols, d.ports, stripe && d.ports > 1 ? ", W striped" : "", d.cfg.mem_bytes_per_cycle,
          d.cfg.mem_latency);
+  if (g_bsr >= 0) printf("W block-sparse: density %.3f, tiles 16 x %u\n", g_bsr, g_bk);
   printf("%-60s %10s %10s %8s\n", "launch", "rtl", "model", "error");
   uint64_t sum_rtl = 0, sum_model = 0;
   double worst = 0;
@@ -318,10 +374,12 @@ int main(int argc, char **argv) {
     if (fabs(e) > worst) worst = fabs(e);
   }
   double et = 100.0 * ((double)sum_model - (double)sum_rtl) / (double)sum_rtl;
-  printf("REPORT cycle model %ux%u, %u port(s)%s: %d launches, total rtl %" PRIu64
+  char what[64] = "";
+  if (g_bsr >= 0) snprintf(what, sizeof what, " bsr %.3f x %u", g_bsr, g_bk);
+  printf("REPORT cycle model %ux%u, %u port(s)%s%s: %d launches, total rtl %" PRIu64
          " model %" PRIu64 " (%+.1f %%), worst launch %.1f %%\n",
-         d.rows, d.cols, d.ports, stripe && d.ports > 1 ? " striped" : "", n_launch, sum_rtl,
-         sum_model, et, worst);
+         d.rows, d.cols, d.ports, stripe && d.ports > 1 ? " striped" : "", what, n_launch,
+         sum_rtl, sum_model, et, worst);
   if (tol >= 0 && (worst > tol || fabs(et) > tol)) {
     printf("FAIL: the model is off by more than %.1f %%\n", tol);
     fail = 1;

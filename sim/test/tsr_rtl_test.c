@@ -939,25 +939,42 @@ static int t_iverilog_case(void) {
   uint32_t shapes[N][3] = {{3, 5, 7}, {17, 9, 33}, {1, 20, 70}, {6, 33, 5}};
   for (int i = 0; i < N; i++)
     if (prob_make(&d, &p[i], shapes[i][0], shapes[i][1], shapes[i][2], 1, 0)) return -1;
-  uint64_t ring = write_ring(&d, p, N);
+  /* and, where the build has it, two block-sparse products (one with an
+   * empty tile row at most of the seeds) */
+  int has_bsr;
+  if (bsr_ops(&d, &has_bsr)) return -1;
+  enum { NB = 2 };
+  bsr_t b[NB];
+  int nb = has_bsr ? NB : 0;
+  if (nb && (bsr_make(&d, &b[0], 5, 40, 200, 64, 0.4, 1) ||
+             bsr_make(&d, &b[1], 2, 20, 300, 128, 0.5, 1)))
+    return -1;
+  uint64_t ring = dev_alloc(&d, 64ull * (N + NB), 64, 0);
+  uint8_t raw[64 * (N + NB)];
+  for (int i = 0; i < N; i++) prob_desc(&p[i], raw + 64 * i);
+  for (int i = 0; i < nb; i++) bsr_desc(&b[i], raw + 64 * (N + i));
+  api.mem_write(d.sim, ring, raw, 64ull * (N + nb));
   CHECK(d.next < d.cfg.mem_base + size, "case does not fit");
   char path[1024];
   snprintf(path, sizeof path, "%s/mem.hex", g_iv_dir);
   if (dump_hex(&d, path, size)) return -1;
   result_t r;
-  if (launch(&d, d.cfg.mem_base, size, ring, N, &r)) return -1;
-  CHECK(r.status == 0 && r.desc_done == N, "status %u", r.status);
+  if (launch(&d, d.cfg.mem_base, size, ring, N + nb, &r)) return -1;
+  CHECK(r.status == 0 && r.desc_done == (uint32_t)(N + nb), "status %u", r.status);
   for (int i = 0; i < N; i++)
     if (prob_check(&d, &p[i])) return -1;
+  for (int i = 0; i < nb; i++)
+    if (prob_check(&d, &b[i].p)) return -1;
   snprintf(path, sizeof path, "%s/expect.hex", g_iv_dir);
   if (dump_hex(&d, path, size)) return -1;
   snprintf(path, sizeof path, "%s/args.hex", g_iv_dir);
   FILE *f = fopen(path, "w");
   CHECK(f, "cannot write %s", path);
   fprintf(f, "%016" PRIx64 "\n%016" PRIx64 "\n%016" PRIx64 "\n%016x\n", d.cfg.mem_base, size,
-          ring, N);
+          ring, N + nb);
   fclose(f);
   for (int i = 0; i < N; i++) prob_free(&p[i]);
+  for (int i = 0; i < nb; i++) prob_free(&b[i].p);
   dev_close(&d);
   return 0;
 }

@@ -281,6 +281,7 @@ static uint32_t reg_read(tsr_usb_board_t *b, uint32_t off) {
       v = (b->caps.array_rows & 0xff) | (b->caps.array_cols & 0xff) << 8 |
           (uint32_t)TSR_HW_IF_VERSION << 16 | 1u << 24; /* one read port */
       break;
+    case TSR_STAT_HW_OPS: v = b->caps.ops; break;
 #define R64(name, field)                                                        \
   case TSR_STAT_##name: v = r ? (uint32_t)r->field : 0; break;                  \
   case TSR_STAT_##name + 4: v = r ? (uint32_t)(r->field >> 32) : 0; break;
