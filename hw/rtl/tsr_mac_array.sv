@@ -64,40 +64,83 @@ module tsr_mac_array #(
 
   // GEMM operands: one byte per bank at idx_i, shared along a row / column.
   // GEMV operands: lane r reads byte r of the Rows-byte slice idx_i / Rows
-  // (idx_i is a multiple of Rows there), so each PE needs a multiplexer of
-  // only DataBytes / Rows inputs, written out with constant part selects so
-  // that synthesis never builds a shifter over the word.
+  // (idx_i is a multiple of Rows there). Every variable select is written as
+  // a tree of 2:1 multiplexers on constant part selects (index bit l picks
+  // between neighbours at level l, in place, lowest bit first), which maps
+  // onto LUT6/MUXF7/MUXF8 directly instead of a shifter over the word.
   localparam int LogRows = $clog2(Rows);
   localparam int Slices  = DataBytes / Rows;
   localparam int SliceW  = (Slices > 1) ? $clog2(Slices) : 1;
   /* verilator lint_off UNUSEDSIGNAL */
-  logic [SliceW-1:0] slice;
+  logic [SliceW-1:0]  slice;
   /* verilator lint_on UNUSEDSIGNAL */
+  logic [LogRows-1:0] lo;
   assign slice = SliceW'(idx_i >> LogRows);   // unused when Slices == 1
+  assign lo    = idx_i[LogRows-1:0];
 
-  // Byte selects work on one bank word at a time (constant part select
-  // first), so synthesis builds small multiplexers, not shifters over all
-  // banks.
-  logic [DW-1:0]     a0_word;
-  logic [Cols*8-1:0] w_col;      // GEMM byte of W bank j at j*8
-  assign a0_word = a_words_i[0 +: DW];
+  // W bank j: the slice of the word (byte r goes to lane r in GEMV mode) and
+  // byte lo of that slice, which is byte idx_i of the word (the GEMM operand
+  // of column j).
+  logic [Cols*8-1:0] w_col;       // GEMM byte of W bank j at j*8
+  logic [Cols*Rows*8-1:0] w_slc;  // slice of W bank j at j*Rows*8
   for (genvar j = 0; j < Cols; j++) begin : g_wcol
-    logic [DW-1:0] w_word;
-    assign w_word         = w_words_i[j*DW +: DW];
-    assign w_col[j*8 +: 8] = w_word[{idx_i, 3'b000} +: 8];
+    logic [DW-1:0]     w_word;
+    logic [Rows*8-1:0] w_slice, w_t;
+    assign w_word = w_words_i[j*DW +: DW];
+    if (Slices > 1) begin : g_wsel
+      logic [DW-1:0] w_s;
+      always_comb begin
+        w_s = w_word;
+        for (int l = 0; l < SliceW; l++) begin
+          for (int q = 0; q < Slices / 2; q++) begin
+            if (q < (Slices >> (l + 1))) begin
+              w_s[q*Rows*8 +: Rows*8] = slice[l] ? w_s[(2*q+1)*Rows*8 +: Rows*8]
+                                                 : w_s[2*q*Rows*8 +: Rows*8];
+            end
+          end
+        end
+      end
+      assign w_slice = w_s[Rows*8-1:0];
+    end else begin : g_wone
+      assign w_slice = w_word;
+    end
+    always_comb begin
+      w_t = w_slice;
+      for (int l = 0; l < LogRows; l++) begin
+        for (int b = 0; b < Rows / 2; b++) begin
+          if (b < (Rows >> (l + 1))) begin
+            w_t[b*8 +: 8] = lo[l] ? w_t[(2*b+1)*8 +: 8] : w_t[2*b*8 +: 8];
+          end
+        end
+      end
+    end
+    assign w_col[j*8 +: 8]           = w_t[7:0];
+    assign w_slc[j*Rows*8 +: Rows*8] = w_slice;
   end
+
+  logic [DW-1:0] a0_word;
+  assign a0_word = a_words_i[0 +: DW];
 
   for (genvar r = 0; r < Rows; r++) begin : g_row
     logic [7:0]      a_gemm, a_gemv;
-    logic [DW-1:0]   a_word;
+    logic [DW-1:0]   a_t;
     logic            lane_ok;
     logic [7:0]      a_s_q;
     logic [Slices*8-1:0] a_lane;     // byte r of every slice of A word 0
     for (genvar q = 0; q < Slices; q++) begin : g_alane
       assign a_lane[q*8 +: 8] = a0_word[(q*Rows + r)*8 +: 8];
     end
-    assign a_word   = a_words_i[r*DW +: DW];
-    assign a_gemm   = a_word[{idx_i, 3'b000} +: 8];
+    always_comb begin
+      a_t = a_words_i[r*DW +: DW];
+      for (int l = 0; l < OffW; l++) begin
+        for (int b = 0; b < DataBytes / 2; b++) begin
+          if (b < (DataBytes >> (l + 1))) begin
+            a_t[b*8 +: 8] = idx_i[l] ? a_t[(2*b+1)*8 +: 8] : a_t[2*b*8 +: 8];
+          end
+        end
+      end
+    end
+    assign a_gemm = a_t[7:0];
     if (Slices > 1) begin : g_asel
       assign a_gemv = a_lane[{slice, 3'b000} +: 8];
     end else begin : g_aone
@@ -110,21 +153,12 @@ module tsr_mac_array #(
     end
 
     for (genvar j = 0; j < Cols; j++) begin : g_col
-      logic [7:0]         w_s_q, w_gemv;
-      logic [Slices*8-1:0] w_lane;   // byte r of every slice of W word j
+      logic [7:0]         w_s_q;
       logic signed [15:0] prod_q;
       logic signed [31:0] acc_q, acc_d;
 
-      for (genvar q = 0; q < Slices; q++) begin : g_wlane
-        assign w_lane[q*8 +: 8] = w_words_i[j*DW + (q*Rows + r)*8 +: 8];
-      end
-      if (Slices > 1) begin : g_wsel
-        assign w_gemv = w_lane[{slice, 3'b000} +: 8];
-      end else begin : g_wone
-        assign w_gemv = w_lane;
-      end
       always_ff @(posedge clk_i) begin
-        if (v_i) w_s_q <= gemv_i ? w_gemv : w_col[j*8 +: 8];
+        if (v_i) w_s_q <= gemv_i ? w_slc[(j*Rows + r)*8 +: 8] : w_col[j*8 +: 8];
       end
       always_ff @(posedge clk_i) begin
         if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s_q);
@@ -141,14 +175,28 @@ module tsr_mac_array #(
     end
   end
 
-  // Row read and column sums for GEMV mode (the reduction across the lanes).
-  always_comb begin
-    for (int j = 0; j < Cols; j++) row_o[j*32 +: 32] = out_q[32'(row_i) * Cols + j];
-  end
-  always_comb begin
-    colsum_o = '0;
-    for (int j = 0; j < Cols; j++) begin
-      for (int r = 0; r < Rows; r++) colsum_o[j*32 +: 32] = colsum_o[j*32 +: 32] + out_q[r*Cols+j];
+  // Row read and column sums for GEMV mode (the reduction across the lanes),
+  // per column: the row read takes row_i modulo Rows (the writer asks only
+  // for rows below Rows); the column sum is a balanced tree of Rows - 1
+  // two-input 32-bit adders.
+  for (genvar j = 0; j < Cols; j++) begin : g_out
+    logic [Rows*32-1:0] col, rd_t, sum_t;
+    for (genvar r = 0; r < Rows; r++) begin : g_w
+      assign col[r*32 +: 32] = out_q[r*Cols+j];
     end
+    always_comb begin
+      rd_t  = col;
+      sum_t = col;
+      for (int l = 0; l < LogRows; l++) begin
+        for (int r = 0; r < Rows / 2; r++) begin
+          if (r < (Rows >> (l + 1))) begin
+            rd_t[r*32 +: 32]  = row_i[l] ? rd_t[(2*r+1)*32 +: 32] : rd_t[2*r*32 +: 32];
+            sum_t[r*32 +: 32] = sum_t[2*r*32 +: 32] + sum_t[(2*r+1)*32 +: 32];
+          end
+        end
+      end
+    end
+    assign row_o[j*32 +: 32]    = rd_t[31:0];
+    assign colsum_o[j*32 +: 32] = sum_t[31:0];
   end
 endmodule

@@ -134,14 +134,35 @@ module tsr_rd_master #(
   logic [BeatW-1:0] bin_q;
   logic             flush_q;
   logic [DW-1:0]    prev_q;
-  logic [2*DW-1:0]  cat;
-  logic [DW-1:0]    shifted;
   logic             last_beat;
+  logic             aligned;     // an aligned segment's beat, written as it is
+  logic [DW-1:0]    blend, shifted, lv;
 
   assign rready_o  = !flush_q && !meta_empty;
   assign last_beat = (bin_q == h_nin - 1'b1);
-  assign cat       = flush_q ? {{DW{1'b0}}, prev_q} : {rdata_i, prev_q};
-  assign shifted   = DW'(cat >> {h_off, 3'b000});
+  assign aligned   = !flush_q && r_hs && (h_off == '0);
+
+  // The output word is bytes h_off .. h_off + DataBytes - 1 of {beat, prev}
+  // ({0, prev} in the flush cycle; the beat itself for a beat of an aligned
+  // segment). That is a rotation of one word: blend takes byte b from prev
+  // where b >= h_off and from the beat (or 0) below it, and rotating blend
+  // down by h_off bytes (2^l bytes at level l) puts byte h_off + b of
+  // {beat, prev} at b. No shifter over both words.
+  always_comb begin
+    for (int b = 0; b < DataBytes; b++) begin
+      blend[b*8 +: 8] = (!aligned && OffW'(b) >= h_off) ? prev_q[b*8 +: 8]
+                      : (flush_q ? 8'd0 : rdata_i[b*8 +: 8]);
+    end
+  end
+  always_comb begin
+    shifted = blend;
+    for (int l = 0; l < OffW; l++) begin
+      lv = shifted;
+      for (int b = 0; b < DataBytes; b++) begin
+        if (h_off[l]) shifted[b*8 +: 8] = lv[((b + (1 << l)) % DataBytes)*8 +: 8];
+      end
+    end
+  end
 
   always_comb begin
     buf_we_o    = 1'b0;
@@ -157,7 +178,6 @@ module tsr_rd_master #(
     end else if (r_hs) begin
       if (h_off == '0) begin
         buf_we_o    = 1'b1;
-        buf_wdata_o = rdata_i;
         buf_waddr_o = h_waddr + WordAw'(bin_q);
         seg_done_o  = last_beat;
         meta_pop    = last_beat;

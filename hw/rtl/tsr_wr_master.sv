@@ -39,13 +39,15 @@ module tsr_wr_master #(
   localparam int OffW      = $clog2(DataBytes);
   localparam int PageBeats = 4096 / DataBytes;
   localparam int ShBeats   = (RowBytes + DataBytes - 1) / DataBytes + 1;
-  localparam int ShW       = ShBeats * DW;
   localparam int BW        = $clog2(ShBeats + 1);
   localparam int OutW      = $clog2(MaxOutstanding + 1);
+  localparam int NChunks   = ShBeats - 1;      // bus words of a request, padded
+  localparam int RowPW     = NChunks * DW;
 
   logic              busy_q;
   logic [63:0]       base_q;
-  logic [ShW-1:0]    data_q;
+  logic [RowPW-1:0]  rot_q;               // each bus word of the row, rotated
+  logic [OffW-1:0]   off_q;
   logic [ShBeats*DataBytes-1:0] strb_q;
   logic [BW-1:0]     nbeats_q, b1_q, wcnt_q;
   logic [1:0]        nbursts_q, awcnt_q;
@@ -54,15 +56,46 @@ module tsr_wr_master #(
   // Request decode.
   logic [OffW-1:0]   off;
   logic [BW-1:0]     nbeats, b1, page_left;
-  logic [ShW-1:0]    data_sh;
+  logic [RowPW-1:0]  rowp, rot, lv;
+  logic [DW-1:0]     wdata;
   logic [ShBeats*DataBytes-1:0] strb_sh;
   assign off       = req_addr_i[OffW-1:0];
   assign nbeats    = BW'((32'(off) + 32'(req_nbytes_i) + DataBytes - 1) >> OffW);
   assign page_left = BW'(PageBeats - 32'(req_addr_i[11:OffW]) >= 32'(ShBeats)
                          ? ShBeats : PageBeats - 32'(req_addr_i[11:OffW]));
   assign b1        = (page_left < nbeats) ? page_left : nbeats;
-  assign data_sh   = {{(ShW - RowBytes * 8){1'b0}}, req_data_i} << {off, 3'b000};
   assign strb_sh   = ~({(ShBeats * DataBytes){1'b1}} << req_nbytes_i) << off;
+
+  // The row shifted up by off bytes, beat k byte b, is byte b - off of bus
+  // word k of the row for b >= off and byte b - off + DataBytes of word k-1
+  // below: both are byte b of the word rotated up by off bytes. So each word
+  // is rotated (2^l bytes at level l, DataBytes/4 LUT6 per bit) and held,
+  // and beat k takes byte b from word k or k-1 (nothing past either end).
+  assign rowp = RowPW'(req_data_i);
+  always_comb begin
+    rot = rowp;
+    for (int l = 0; l < OffW; l++) begin
+      lv = rot;
+      for (int c = 0; c < NChunks; c++) begin
+        for (int b = 0; b < DataBytes; b++) begin
+          if (off[l]) begin
+            rot[(c*DataBytes + b)*8 +: 8] =
+              lv[(c*DataBytes + (b + DataBytes - (1 << l)) % DataBytes)*8 +: 8];
+          end
+        end
+      end
+    end
+  end
+  always_comb begin
+    wdata = '0;
+    for (int b = 0; b < DataBytes; b++) begin
+      for (int c = 0; c < NChunks; c++) begin
+        if (OffW'(b) >= off_q ? (32'(wcnt_q) == c) : (32'(wcnt_q) == c + 1)) begin
+          wdata[b*8 +: 8] = rot_q[(c*DataBytes + b)*8 +: 8];
+        end
+      end
+    end
+  end
 
   logic req_hs, aw_hs, w_hs, b_hs, aw_done_n, w_done_n;
   assign req_ready_o = !busy_q;
@@ -74,7 +107,7 @@ module tsr_wr_master #(
   assign awsize_o    = 3'(OffW);
   assign awburst_o   = 2'b01;
   assign wvalid_o    = busy_q && (wcnt_q != nbeats_q);
-  assign wdata_o     = data_q[wcnt_q * DW +: DW];
+  assign wdata_o     = wdata;
   assign wstrb_o     = strb_q[wcnt_q * DataBytes +: DataBytes];
   assign wlast_o     = (wcnt_q == b1_q - 1'b1) || (wcnt_q == nbeats_q - 1'b1);
   assign bready_o    = 1'b1;
@@ -115,7 +148,8 @@ module tsr_wr_master #(
   always_ff @(posedge clk_i) begin
     if (req_hs) begin
       base_q <= {req_addr_i[63:OffW], {OffW{1'b0}}};
-      data_q <= data_sh;
+      rot_q  <= rot;
+      off_q  <= off;
       strb_q <= strb_sh;
     end
   end
