@@ -374,7 +374,7 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
   const bool wfits = n <= nbr; /* one n block: W kept across m blocks */
   const uint64_t tiles = tsr_desc_bsr_tiles(d);
 
-  double L = t0;
+  double L = t0, z_free = 0;
   double slot_a[2] = {0, 0}, slot_w[2] = {0, 0};
   int sa = 0, sw = 0;
   km_issue_t q;
@@ -407,7 +407,11 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
             acc->bytes_rd += rb;
             prefetched = true;
           }
-          L = hs + 3;
+          /* the writer takes a zero record once the one before is written
+           * (a row a cycle, in the gaps between the output bank's rows) */
+          double zh = hs + 1 > z_free ? hs + 1 : z_free;
+          L = zh + 2;
+          z_free = zh + 2 + (double)ml;
           double at = L > q.prev_f + 6 ? L : q.prev_f + 6;
           km_write_rows(&s, d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl, at, &q.wfree,
                         &q.resp);

@@ -97,12 +97,18 @@ static tsr_status_t alloc_staging(tsr_exec_dev_t *d) {
  * device, or on every device of a rows split. The partitioner has checked
  * that they fit; an upload that fails anyway leaves the node to the host
  * (fallback) or fails the engine. */
+double tsr_exec_bsr_density(tsr_exec_t *o, int32_t i) {
+  const tsr_node_t *n = &o->graph.nodes[i];
+  if (o->bsr_density[i] < 0)
+    o->bsr_density[i] = tsr_tile_bsr_density(n->w->q.data, n->n, n->k, tsr_tile_bsr_bk(n->k));
+  return o->bsr_density[i];
+}
+
 static tsr_status_t upload_weights(tsr_exec_t *o) {
   const tsr_graph_t *g = &o->graph;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL) continue;
-    double density = -1; /* of its BSR tiles, measured on first use */
     for (int e = 0; e < o->n_devs; e++) {
       if (!tsr_exec_dev_live(o, e)) continue;
       bool want = false;
@@ -123,8 +129,7 @@ static tsr_status_t upload_weights(tsr_exec_t *o) {
       uint8_t *packed = NULL;
       if (d->cd->caps.ops >> TSR_OP_GEMM_BSR_I8_I32 & 1) {
         const uint32_t bk = tsr_tile_bsr_bk(n->k);
-        if (density < 0) density = tsr_tile_bsr_density(n->w->q.data, n->n, n->k, bk);
-        if (tsr_tile_bsr_wanted(&d->cd->caps, density)) {
+        if (tsr_tile_bsr_wanted(&d->cd->caps, tsr_exec_bsr_density(o, i))) {
           s = tsr_tile_bsr_pack(n->w->q.data, n->n, n->k, bk, &o->weight_bsr[wi], &packed);
           if (!s) bytes = o->weight_bsr[wi].bytes;
         }
@@ -340,7 +345,9 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     o->weights = calloc(n_w ? n_w : 1, sizeof(tsr_hal_buffer_t));
     o->weight_on = calloc(n_w ? n_w : 1, sizeof(bool));
     o->weight_bsr = calloc(n_w ? n_w : 1, sizeof(tsr_tile_bsr_t));
-    if (!o->weights || !o->weight_on || !o->weight_bsr)
+    o->bsr_density = malloc(sizeof(double) * (size_t)(o->graph.n_nodes ? o->graph.n_nodes : 1));
+    for (int32_t i = 0; o->bsr_density && i < o->graph.n_nodes; i++) o->bsr_density[i] = -1;
+    if (!o->weights || !o->weight_on || !o->weight_bsr || !o->bsr_density)
       s = TSR_ERR(RESOURCE_EXHAUSTED, "engine: weights of %d devices", o->n_devs);
   }
   if (!s) {
@@ -438,6 +445,7 @@ void tsr_exec_destroy(tsr_exec_t *o) {
   for (size_t i = 0; o->devs && o->weight_bsr && i < weight_count(o); i++)
     tsr_tile_bsr_free(&o->weight_bsr[i]);
   free(o->weight_bsr);
+  free(o->bsr_density);
   tsr_graph_free(&o->graph);
   free(o->x);
   free(o->xb);

@@ -167,6 +167,8 @@ struct tsr_engine {
   bool *weight_on;           /* same index: uploaded */
   tsr_tile_bsr_t *weight_bsr; /* same index: the block-sparse layout of a copy
                                  stored for GEMM_BSR (chunks 0: dense) */
+  double *bsr_density;        /* (graph nodes) its matmul's fraction of non-zero
+                                 16 x BK tiles (tiles.c), < 0 until measured */
   uint64_t weight_bytes;
   int32_t k_max, group_n_max; /* staging sizes */
   tsr_role_stats_t roles[TSR_MM_COUNT];
@@ -266,6 +268,8 @@ void tsr_exec_destroy(tsr_exec_t *o);
 /* The plan the executor uses for a pass of R rows: the smallest planned
  * batch size >= R (the largest for R above it). */
 const tsr_plan_t *tsr_exec_plan(const tsr_exec_t *o, int32_t R);
+/* The tile density of matmul node i (tsr_tile_bsr_density), measured once. */
+double tsr_exec_bsr_density(tsr_exec_t *o, int32_t i);
 
 /* Runs the matmul group that starts at node `leader` over R rows:
  * outs[i] (R, n_i) = x (R, k) . W_i^T for each member i, placed by `plan`. */

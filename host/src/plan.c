@@ -490,8 +490,19 @@ tsr_status_t tsr_plan_build(tsr_exec_t *o, int32_t rows, tsr_plan_t *out) {
         host_share += cpu * m / grows;
         continue;
       }
+      /* weights this device would store block-sparse are priced so */
+      double dens[8];
+      bool any_bsr = false;
+      for (int j = 0; j < cnt; j++) {
+        dens[j] = -1;
+        if (d->cd->caps.ops >> TSR_OP_GEMM_BSR_I8_I32 & 1) {
+          const double dj = tsr_exec_bsr_density(o, i + j);
+          if (tsr_tile_bsr_wanted(&d->cd->caps, dj)) dens[j] = dj, any_bsr = true;
+        }
+      }
       double t = 0, tx = 0;
-      tsr_proj_group(&d->cd->caps, &d->timing, m, lead->k, ns, cnt, &t, &tx);
+      tsr_proj_group(&d->cd->caps, &d->timing, m, lead->k, ns, any_bsr ? dens : NULL, cnt, &t,
+                     &tx);
       if (t + tx > worst + worst_x) {
         worst = t;
         worst_x = tx;

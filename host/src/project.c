@@ -49,12 +49,39 @@ uint64_t tsr_proj_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, 
   return tsr_km_gemm_cycles(&one, m, n, k);
 }
 
+uint64_t tsr_proj_bsr_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
+                             double density) {
+  const uint32_t bk = tsr_tile_bsr_bk((int32_t)k);
+  const uint32_t ntr = tsr_bsr_tile_rows(n), nkt = tsr_bsr_k_tiles(k, bk);
+  const uint32_t rb = tsr_bsr_row_bytes(k, bk);
+  const uint64_t total = (uint64_t)ntr * nkt;
+  uint64_t keep = (uint64_t)llround((density < 0 ? 0 : density > 1 ? 1 : density) * (double)total);
+  uint8_t *bm = calloc((size_t)ntr * rb, 1);
+  if (!bm) return tsr_proj_gemm_cycles(t, m, n, k);
+  for (uint64_t i = 0; i < total; i++) /* keep of total, evenly */
+    if ((i + 1) * keep / total != i * keep / total)
+      bm[(i / nkt) * rb + (i % nkt) / 8] |= (uint8_t)(1u << (i % nkt % 8));
+  const uint64_t a = 4096, w = a + ((uint64_t)m * k + 63) / 64 * 64;
+  const uint64_t c = w + ((uint64_t)ntr * rb + 63) / 64 * 64 + keep * tsr_bsr_tile_bytes(bk);
+  tsr_desc_t d = {TSR_OP_GEMM_BSR_I8_I32, 0, m, n, k, k, rb, 4 * n, a, w, c,
+                  tsr_bsr_block_word(bk), (uint32_t)keep};
+  tsr_km_estimate_t e = {0};
+  tsr_km_estimate_bsr_desc(t, &d, bm, &e);
+  free(bm);
+  return e.cycles;
+}
+
 void tsr_proj_group(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t, int32_t m, int32_t k,
-                    const int32_t *ns, int count, double *dev_s, double *xfer_s) {
+                    const int32_t *ns, const double *dens, int count, double *dev_s,
+                    double *xfer_s) {
   double d = caps->launch_latency_s;
-  for (int j = 0; j < count; j++)
-    d += (double)tsr_proj_gemm_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k) /
-         t->clock_hz;
+  for (int j = 0; j < count; j++) {
+    const uint64_t cyc =
+        dens && dens[j] >= 0
+            ? tsr_proj_bsr_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k, dens[j])
+            : tsr_proj_gemm_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k);
+    d += (double)cyc / t->clock_hz;
+  }
   /* as the executor issues them: activation rows and ring up, the results
    * of every member down in one read (exec.c launch_submit/launch_finish) */
   const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, tsr_tile_m_chunk(caps));
@@ -86,7 +113,7 @@ void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
     double c = 0;
     for (int j = 0; j < count; j++) c += tsr_proj_cpu_matmul_s(cpu, rows, ns[j], k);
     double dev = 0, xfer = 0;
-    tsr_proj_group(caps, t, rows, k, ns, count, &dev, &xfer);
+    tsr_proj_group(caps, t, rows, k, ns, NULL, count, &dev, &xfer);
     const bool pays = dev + xfer < c;
     const double reps = cls ? 1 : s->layers, before = cls ? 0 : h;
     host += reps * (c + before);

@@ -54,8 +54,16 @@ uint64_t tsr_proj_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, 
  * over m rows of k inputs, in one launch. dev_s = launch latency + cycles
  * at the clock; xfer_s = the executor's three copies at the link's latency
  * and bandwidth. */
+/* Cycles of an m x n x k GEMM_BSR whose 16 x BK tiles (BK as the host
+ * picks it, tsr_tile_bsr_bk) are stored at `density`, spread evenly: the
+ * kernel model's walk over such a bitmap. */
+uint64_t tsr_proj_bsr_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k,
+                             double density);
+/* dens: NULL, or per member the tile density of a weight stored
+ * block-sparse on this device (< 0: stored dense). */
 void tsr_proj_group(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t, int32_t m, int32_t k,
-                    const int32_t *ns, int count, double *dev_s, double *xfer_s);
+                    const int32_t *ns, const double *dens, int count, double *dev_s,
+                    double *xfer_s);
 
 /* The shape of a llama-type decoder. */
 typedef struct tsr_proj_shape {
