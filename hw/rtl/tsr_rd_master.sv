@@ -136,7 +136,7 @@ module tsr_rd_master #(
   logic [DW-1:0]    prev_q;
   logic             last_beat;
   logic             aligned;     // an aligned segment's beat, written as it is
-  logic [DW-1:0]    blend, shifted, lv;
+  logic [DW-1:0]    blend, shifted;
 
   assign rready_o  = !flush_q && !meta_empty;
   assign last_beat = (bin_q == h_nin - 1'b1);
@@ -148,21 +148,23 @@ module tsr_rd_master #(
   // where b >= h_off and from the beat (or 0) below it, and rotating blend
   // down by h_off bytes (2^l bytes at level l) puts byte h_off + b of
   // {beat, prev} at b. No shifter over both words.
-  always_comb begin
-    for (int b = 0; b < DataBytes; b++) begin
-      blend[b*8 +: 8] = (!aligned && OffW'(b) >= h_off) ? prev_q[b*8 +: 8]
-                      : (flush_q ? 8'd0 : rdata_i[b*8 +: 8]);
-    end
+  // (generate assigns, one word per level: iverilog does not settle an
+  // in-place loop over the word in a process)
+  /* verilator lint_off CMPCONST */
+  for (genvar b = 0; b < DataBytes; b++) begin : g_blend
+    assign blend[b*8 +: 8] = (!aligned && OffW'(b) >= h_off) ? prev_q[b*8 +: 8]
+                           : (flush_q ? 8'd0 : rdata_i[b*8 +: 8]);
   end
-  always_comb begin
-    shifted = blend;
-    for (int l = 0; l < OffW; l++) begin
-      lv = shifted;
-      for (int b = 0; b < DataBytes; b++) begin
-        if (h_off[l]) shifted[b*8 +: 8] = lv[((b + (1 << l)) % DataBytes)*8 +: 8];
-      end
-    end
+  /* verilator lint_on CMPCONST */
+  // level l at l*DW: rotated by h_off's bits below l
+  logic [(OffW+1)*DW-1:0] rot /*verilator split_var*/;
+  assign rot[0 +: DW] = blend;
+  for (genvar l = 0; l < OffW; l++) begin : g_rot
+    logic [DW-1:0] lv;
+    assign lv = rot[l*DW +: DW];
+    assign rot[(l+1)*DW +: DW] = h_off[l] ? {lv[0 +: (1 << l)*8], lv[DW-1:(1 << l)*8]} : lv;
   end
+  assign shifted = rot[OffW*DW +: DW];
 
   always_comb begin
     buf_we_o    = 1'b0;
