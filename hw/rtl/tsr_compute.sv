@@ -97,16 +97,8 @@ module tsr_compute #(
   assign chunk_kc = start ? kc_i : kc_q;
   assign nbk128   = bk128_i;
   assign ngemv    = start ? gemv_i : gemv_q;
-  // index of the lowest set bit (an OR of the bits whose index has bit b set)
-  logic [CT-1:0] nlow;
-  assign nlow = nmask & (~nmask + CT'(1));
-  for (genvar b = 0; b < XW; b++) begin : g_nx
-    logic [CT-1:0] sel;
-    for (genvar x = 0; x < CT; x++) begin : g_sel
-      assign sel[x] = ((x >> b) & 1) != 0;
-    end
-    assign nx[b] = |(nlow & sel);
-  end
+  logic [CT-1:0] nlow;                   // the next stored tile, one-hot
+  tsr_lsb #(.W(CT), .IW(XW)) u_next (.v_i (nmask), .onehot_o (nlow), .idx_o (nx));
   assign nstart = nbk128 ? KcW'({nx, 7'd0}) : KcW'({nx, 6'd0});
   assign nend   = (nstart + (nbk128 ? KcW'(128) : KcW'(64)) < chunk_kc) ?
                   nstart + (nbk128 ? KcW'(128) : KcW'(64)) : chunk_kc;
@@ -145,7 +137,7 @@ module tsr_compute #(
     if (start) begin
       bsr_d    = bsr_i;
       x_d      = nx;
-      mask_d   = cb_i & ~(CT'(1) << nx);
+      mask_d   = cb_i & ~nlow;
       tk_d     = '0;
       tklast_d = nlast;
       tend_d   = nend;
@@ -169,7 +161,7 @@ module tsr_compute #(
         if (tk_q == tklast_q) begin
           // the next stored tile of the chunk
           x_d      = nx;
-          mask_d   = mask_q & ~(CT'(1) << nx);
+          mask_d   = mask_q & ~nlow;
           tk_d     = '0;
           tklast_d = nlast;
           tend_d   = nend;

@@ -155,6 +155,15 @@ module tsr_loader #(
                    (reuse_w || busy_w_q[nw] == 3'd0);
   assign seg_hs  = seg_valid_o && seg_ready_i;
 
+  // The next m block (Rows rows of A and C, one in GEMV mode).
+  logic [16:0] m0_next;
+  logic [63:0] a_blk_next, c_row_next;
+  logic        mb_more;
+  assign m0_next    = m0_q + (gemv_q ? 17'd1 : 17'(Rows));
+  assign mb_more    = m0_next < {1'b0, m_i};
+  assign a_blk_next = a_blk_q + (gemv_q ? {32'd0, lda_i} : ({32'd0, lda_i} << LogRows));
+  assign c_row_next = c_row_q + (gemv_q ? {32'd0, ldc_i} : ({32'd0, ldc_i} << LogRows));
+
   // GEMM_BSR: the tile row's chunks holding a stored tile, the next one from
   // c_q, its bits, whether it is the row's last; the next tile to load.
   logic [1023:0]    row;
@@ -177,29 +186,14 @@ module tsr_loader #(
     assign ne[c]    = bk128_i ? |sl128[c] : |sl64[c];
   end
   assign cand = ne & ~((NCh'(1) << c_q) - NCh'(1));
-  // lowest set bit, one-hot, then its index (an OR of the bits whose index
-  // has bit b set; no loop in a process)
-  logic [NCh-1:0] cand1;
-  assign cand1 = cand & (~cand + NCh'(1));
-  for (genvar b = 0; b < ChW; b++) begin : g_cn
-    logic [NCh-1:0] sel;
-    for (genvar c = 0; c < NCh; c++) begin : g_sel
-      assign sel[c] = ((c >> b) & 1) != 0;
-    end
-    assign cn[b] = |(cand1 & sel);
-  end
-  assign cb = bk128_i ? CT'(sl128[cn[LogNCh-1:0]]) : sl64[cn[LogNCh-1:0]];
-  assign wbit = wm_q & (~wm_q + CT'(1));   // the lowest set bit
-  for (genvar b = 0; b < XW; b++) begin : g_wx
-    logic [CT-1:0] sel;
-    for (genvar x = 0; x < CT; x++) begin : g_sel
-      assign sel[x] = ((x >> b) & 1) != 0;
-    end
-    assign wx[b] = |(wbit & sel);
-  end
-  assign blast    = (cand & (cand - NCh'(1))) == '0;   // no chunk after cn
-  assign bnext    = (n0_q + 17'd16 < {1'b0, n_i}) ||
-                    (m0_q + (gemv_q ? 17'd1 : 17'(Rows)) < {1'b0, m_i});
+  logic [NCh-1:0]    cand1;             // the next chunk, one-hot
+  logic [LogNCh-1:0] cidx;
+  tsr_lsb #(.W(NCh), .IW(LogNCh)) u_chunk (.v_i (cand), .onehot_o (cand1), .idx_o (cidx));
+  assign cn = ChW'(cidx);
+  assign cb = bk128_i ? CT'(sl128[cidx]) : sl64[cidx];
+  tsr_lsb #(.W(CT), .IW(XW)) u_tile (.v_i (wm_q), .onehot_o (wbit), .idx_o (wx));
+  assign blast    = (cand & ~cand1) == '0;   // no chunk after cn
+  assign bnext    = (n0_q + 17'd16 < {1'b0, n_i}) || mb_more;
   assign bk0      = 17'({cn, {LogKc{1'b0}}});
   assign bk_rem   = {1'b0, k_i} - bk0;
   assign bkc      = (bk_rem >= 17'(KChunk)) ? KcW'(KChunk) : KcW'(bk_rem);
@@ -360,10 +354,10 @@ module tsr_loader #(
               n0_d = '0;
               nbm_d = w_addr_i + 64'(ldw_i);
               rank_d = '0; ah_d = 1'b0;
-              if (m0_q + (gemv_q ? 17'd1 : 17'(Rows)) < {1'b0, m_i}) begin
-                m0_d = m0_q + (gemv_q ? 17'd1 : 17'(Rows));
-                a_blk_d = a_blk_q + (gemv_q ? {32'd0, lda_i} : ({32'd0, lda_i} << LogRows));
-                c_row_d = c_row_q + (gemv_q ? {32'd0, ldc_i} : ({32'd0, ldc_i} << LogRows));
+              if (mb_more) begin
+                m0_d = m0_next;
+                a_blk_d = a_blk_next;
+                c_row_d = c_row_next;
               end else begin
                 st_d = LIdle;
               end
@@ -379,10 +373,10 @@ module tsr_loader #(
           end else begin
             n0_d = '0;
             w_blk_d = w_addr_i;
-            if (m0_q + (gemv_q ? 17'd1 : 17'(Rows)) < {1'b0, m_i}) begin
-              m0_d = m0_q + (gemv_q ? 17'd1 : 17'(Rows));
-              a_blk_d = a_blk_q + (gemv_q ? {32'd0, lda_i} : ({32'd0, lda_i} << LogRows));
-              c_row_d = c_row_q + (gemv_q ? {32'd0, ldc_i} : ({32'd0, ldc_i} << LogRows));
+            if (mb_more) begin
+              m0_d = m0_next;
+              a_blk_d = a_blk_next;
+              c_row_d = c_row_next;
             end else begin
               st_d = LIdle;
             end
