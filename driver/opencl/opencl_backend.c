@@ -700,7 +700,8 @@ static void ocl_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->link_latency_s = 10e-6;
   out->launch_latency_s = 50e-6;
   out->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
-  if (!dev->xilinx) out->ops |= 1u << TSR_OP_GEMM_BSR_I8_I32; /* an xclbin's RTL has none yet */
+  /* an xclbin's RTL may predate the opcode, and OpenCL cannot read HW_OPS */
+  if (!dev->xilinx) out->ops |= 1u << TSR_OP_GEMM_BSR_I8_I32;
 }
 
 static tsr_status_t ocl_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,

@@ -123,6 +123,7 @@ static const struct { uint32_t latency, bytes_per_cycle, outstanding; } inst_mem
 
 static tsr_sim_t *g_sim[N_INST];
 static uint32_t g_rows, g_cols;
+static uint32_t g_ops; /* HW_OPS of the library: the opcodes the model runs too */
 static uint8_t *g_imgs[N_INST]; /* what each simulator's memory should hold (PHYS_SIZE) */
 static uint8_t *g_img;          /* that of the instance in use */
 static uint8_t *g_after; /* a simulator's memory after a launch */
@@ -143,6 +144,7 @@ static int sim_open(int i) {
     return -1;
   }
   api.geometry(g_sim[i], &g_rows, &g_cols);
+  if (api.reg_read(g_sim[i], TSR_STAT_HW_OPS, &g_ops) != 0) return -1;
   return api.mem_write(g_sim[i], PHYS_BASE, g_imgs[i], PHYS_SIZE) == 0 ? 0 : -1;
 }
 
@@ -234,8 +236,8 @@ static tsr_km_timing_t timing_of(int inst) {
   t.cols = g_cols;
   t.mem_latency = inst_mem[inst].latency;
   t.mem_bytes_per_cycle = inst_mem[inst].bytes_per_cycle;
-  /* the RTL has no block-sparse unit yet: it refuses GEMM_BSR as unknown */
-  t.ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  /* the opcodes of the RTL as built (a build without GEMM_BSR refuses it) */
+  t.ops = g_ops ? g_ops : (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
   return t;
 }
 
@@ -359,7 +361,7 @@ static const char *mutate(const input_t *in, tsr_desc_t *d) {
 static const char *mutate_one(const input_t *in, tsr_desc_t *d) {
   uint64_t wend = in->wb + in->ws; /* may wrap; only used when it does not */
   switch (below(36)) {
-    case 0: d->opcode = TSR_OP_GEMM_BSR_I8_I32; return "opcode GEMM_BSR (not in this build)";
+    case 0: d->opcode = TSR_OP_GEMM_BSR_I8_I32; return "opcode GEMM_BSR (a GEMM's fields)";
     case 1: d->opcode = 0xffffffffu; return "opcode ~0";
     case 2: d->opcode = (uint32_t)rnd(); return "opcode random";
     case 3: d->flags = 1u << below(32); return "a FLAGS bit";
@@ -725,7 +727,7 @@ static bool is_arg_word(uint32_t off) {
 }
 static bool is_gap(uint32_t off) {
   if (!is_named_or_gap(off) || is_arg_word(off)) return false;
-  return (off >= TSR_ARG_MEM_BASE && off < TSR_STAT_STATUS) || off >= TSR_STAT_MACS + 8;
+  return (off >= TSR_ARG_MEM_BASE && off < TSR_STAT_STATUS) || off >= TSR_STAT_HW_OPS + 4;
 }
 
 #define REG_FAIL(o, ...) \
@@ -782,6 +784,11 @@ static void rtl_run(const input_t *in, uint64_t bound, rtl_out_t *o) {
   if ((info & 0xff) != g_rows || (info >> 8 & 0xff) != g_cols ||
       (info >> 16 & 0xff) != TSR_HW_IF_VERSION)
     REG_FAIL(o, "HW_INFO 0x%08x", info);
+  /* HW_OPS: read-only (the noise may have written it), NOP and GEMM always */
+  uint32_t ops = 0;
+  rd32(s, TSR_STAT_HW_OPS, &ops);
+  if ((ops & 3u) != 3u || ops >> (TSR_OP_GEMM_BSR_I8_I32 + 1))
+    REG_FAIL(o, "HW_OPS 0x%08x", ops);
 
   if (api.reg_write(s, TSR_REG_CTRL, TSR_CTRL_AP_START)) REG_FAIL(o, "write ap_start failed");
   o->run_rc = api.run(s, bound, 1, &o->ran);
