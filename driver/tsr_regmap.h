@@ -69,6 +69,15 @@ static inline uint64_t tsr_desc_w_row(const tsr_desc_t *d, uint32_t n) {
 static inline uint32_t tsr_bsr_block_word(uint32_t bk) {
   return (uint32_t)TSR_HW_BSR_BN << 16 | bk;
 }
+/* The opcodes a kernel runs, from its HW_INFO and HW_OPS registers: HW_OPS
+ * from interface version 3 on (if it lists GEMM_I8_I32, else it is not
+ * trusted), NOP and GEMM_I8_I32 before. */
+static inline uint32_t tsr_hw_ops(uint32_t hw_info, uint32_t hw_ops) {
+  const uint32_t base = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  if ((hw_info >> 16 & 0xff) < 3 || !(hw_ops >> TSR_OP_GEMM_I8_I32 & 1)) return base;
+  return hw_ops;
+}
+
 static inline int tsr_bsr_block_ok(uint32_t word) {
   return word == tsr_bsr_block_word(TSR_HW_BSR_BK_MIN) ||
          word == tsr_bsr_block_word(TSR_HW_BSR_BK_MAX);

@@ -310,12 +310,12 @@ static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device
   }
   if (!s) {
     dev->api.geometry(dev->sim, &dev->rows, &dev->cols);
-    /* the opcodes the RTL as built runs; before HW_OPS, NOP and GEMM */
+    /* the opcodes the RTL as built runs */
     uint32_t info = 0, ops = 0;
-    dev->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
-    if (dev->api.reg_read(dev->sim, TSR_STAT_HW_INFO, &info) == 0 && (info >> 16 & 0xff) >= 3 &&
-        dev->api.reg_read(dev->sim, TSR_STAT_HW_OPS, &ops) == 0 && ops)
-      dev->ops = ops;
+    if (dev->api.reg_read(dev->sim, TSR_STAT_HW_INFO, &info) != 0 ||
+        dev->api.reg_read(dev->sim, TSR_STAT_HW_OPS, &ops) != 0)
+      info = 0;
+    dev->ops = tsr_hw_ops(info, ops);
     s = tsr_devmem_create(dev->cfg.mem_base, dev->cfg.mem_size, &dev->dm);
   }
   if (!s) s = enable_irq(dev);

@@ -444,13 +444,16 @@ static tsr_status_t hello(usb_device_t *dev, uint32_t nonce) {
 static tsr_status_t read_ops(usb_device_t *dev) {
   tsr_usb_req_t r = {.type = TSR_USB_T_REG_READ, .addr = TSR_STAT_HW_INFO};
   TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reading HW_INFO");
-  dev->ops = (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
-  if ((r.r_arg0 >> 16 & 0xff) < 3) return TSR_OK;
-  r = (tsr_usb_req_t){.type = TSR_USB_T_REG_READ, .addr = TSR_STAT_HW_OPS};
-  TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reading HW_OPS");
-  if (!(r.r_arg0 >> TSR_OP_GEMM_I8_I32 & 1))
-    return TSR_ERR(DEVICE, "usb: the board's HW_OPS 0x%" PRIx32 " lacks GEMM_I8_I32", r.r_arg0);
-  dev->ops = r.r_arg0;
+  const uint32_t info = r.r_arg0;
+  uint32_t ops = 0;
+  if ((info >> 16 & 0xff) >= 3) {
+    r = (tsr_usb_req_t){.type = TSR_USB_T_REG_READ, .addr = TSR_STAT_HW_OPS};
+    TSR_RETURN_IF_ERROR(one(dev, &r), "usb: reading HW_OPS");
+    ops = r.r_arg0;
+    if (!(ops >> TSR_OP_GEMM_I8_I32 & 1))
+      return TSR_ERR(DEVICE, "usb: the board's HW_OPS 0x%" PRIx32 " lacks GEMM_I8_I32", ops);
+  }
+  dev->ops = tsr_hw_ops(info, ops);
   return TSR_OK;
 }
 

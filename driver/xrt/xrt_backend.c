@@ -106,7 +106,7 @@ typedef struct xrt_device {
   uint64_t mem_base, mem_size; /* device addresses of the arena */
   bool addr_nominal;           /* the shim gave no real address (noop) */
   bool regs_readable;
-  uint32_t ops; /* HW_OPS of the kernel, 0 before interface version 3 */
+  uint32_t ops; /* the kernel's opcodes (tsr_hw_ops), 0 while its registers are unread */
   bool computes;
   tsr_xclbin_ctrl_t ctrl;
   uint32_t rows, cols;
@@ -597,12 +597,9 @@ static tsr_status_t open_device(xrt_device_t *dev, unsigned index) {
       dev->regs_readable = true;
       if (info_reg & 0xFF) dev->rows = info_reg & 0xFF;
       if (info_reg >> 8 & 0xFF) dev->cols = info_reg >> 8 & 0xFF;
-      /* the opcodes the kernel runs (HW_OPS, interface version 3) */
-      uint32_t ops = 0;
-      if ((info_reg >> 16 & 0xFF) >= 3 &&
-          x->kernelReadRegister(dev->kernel, TSR_STAT_HW_OPS, &ops) == 0 &&
-          (ops >> TSR_OP_GEMM_I8_I32 & 1))
-        dev->ops = ops;
+      uint32_t ops = 0; /* the opcodes the kernel runs */
+      if (x->kernelReadRegister(dev->kernel, TSR_STAT_HW_OPS, &ops) != 0) ops = 0;
+      dev->ops = tsr_hw_ops(info_reg, ops);
     }
   }
   dev->inflight_max = dev->regs_readable ? 1 : dev->opt_inflight;
@@ -649,7 +646,7 @@ static void xrt_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->clock_hz = dev->clock_hz;
   out->mem_bytes_per_cycle = 64;
   tsr_hal_caps_pcie_defaults(out); /* a PCIe board through XRT */
-  out->ops = dev->ops ? dev->ops : (1u << TSR_OP_NOP) | (1u << TSR_OP_GEMM_I8_I32);
+  out->ops = tsr_hw_ops(0, 0) | dev->ops;
   if (!dev->computes) out->flags |= TSR_HAL_CAP_NO_COMPUTE;
 }
 
