@@ -158,7 +158,7 @@ module tsr_loader #(
   // The next m block (Rows rows of A and C, one in GEMV mode).
   logic [16:0] m0_next;
   logic [63:0] a_blk_next, c_row_next;
-  logic        mb_more;
+  logic        mb_more, mb_adv;   // mb_adv: LNext ends an m block
   assign m0_next    = m0_q + (gemv_q ? 17'd1 : 17'(Rows));
   assign mb_more    = m0_next < {1'b0, m_i};
   assign a_blk_next = a_blk_q + (gemv_q ? {32'd0, lda_i} : ({32'd0, lda_i} << LogRows));
@@ -216,6 +216,7 @@ module tsr_loader #(
     bsr_d = bsr_q; e_d = e_q; pf_d = pf_q; ah_d = ah_q; la_d = la_q; lw_d = lw_q; zr_d = zr_q;
     bfirst_d = bfirst_q; blast_d = blast_q; c_d = c_q; cb_d = cb_q; wm_d = wm_q;
     rank_d = rank_q; nbm_d = nbm_q;
+    mb_adv = 1'b0;
     unique case (st_q)
       LIdle: begin
         if (start_i) begin
@@ -354,13 +355,7 @@ module tsr_loader #(
               n0_d = '0;
               nbm_d = w_addr_i + 64'(ldw_i);
               rank_d = '0; ah_d = 1'b0;
-              if (mb_more) begin
-                m0_d = m0_next;
-                a_blk_d = a_blk_next;
-                c_row_d = c_row_next;
-              end else begin
-                st_d = LIdle;
-              end
+              mb_adv = 1'b1;
             end
           end
         end else if (k0_q + 17'(kc_q) < {1'b0, k_i}) begin
@@ -373,18 +368,22 @@ module tsr_loader #(
           end else begin
             n0_d = '0;
             w_blk_d = w_addr_i;
-            if (mb_more) begin
-              m0_d = m0_next;
-              a_blk_d = a_blk_next;
-              c_row_d = c_row_next;
-            end else begin
-              st_d = LIdle;
-            end
+            mb_adv = 1'b1;
           end
         end
       end
       default: st_d = LIdle;
     endcase
+    // the last n block (tile row) of an m block: the next m block, or done
+    if (mb_adv) begin
+      if (mb_more) begin
+        m0_d = m0_next;
+        a_blk_d = a_blk_next;
+        c_row_d = c_row_next;
+      end else begin
+        st_d = LIdle;
+      end
+    end
   end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
