@@ -22,8 +22,8 @@
  *     its light ops scaled from `large`'s by layers and dim;
  *   - the board: every matmul group through tsr_proj_model (project.c):
  *     the kernel's cycle model on the shapes alone, launch latency and
- *     three copies per launch, placed where it pays by the rule of the
- *     `auto` policy (plan.c), launches queued ahead (ap_ctrl_chain) so a
+ *     two copies per launch (the ring stays resident), placed where it
+ *     pays by the rule of the `auto` policy (plan.c), launches queued ahead (ap_ctrl_chain) so a
  *     launch's latency overlaps the light ops before it. No tile runs.
  */
 #include <inttypes.h>

@@ -4,8 +4,10 @@
  * (see offload.h).
  *
  * A launch on a device is: the A operand up (one copy), the descriptor ring
- * up (one copy), one command over a window that covers the staging and the
- * buffers the descriptors read, and C back (one copy). A matmul group over
+ * up (one copy, which a matmul group's ring makes once: it stays resident
+ * in device memory and is found again by its content), one command over a
+ * window that covers the staging and the buffers the descriptors read, and
+ * C back (one copy). A matmul group over
  * a batch of R rows is one launch per device it runs on, its ring carrying
  * every (member, column chunk, row chunk) descriptor. With the rows split
  * over several devices, every device's launch is queued before any is
@@ -42,12 +44,26 @@ static inline void window_cover(uint64_t *lo, uint64_t *hi, const tsr_hal_buffer
   if (b->addr + b->size > *hi) *hi = b->addr + b->size;
 }
 
+/* A resident ring: its bytes at `off` in the arena (rings_host mirrors
+ * them), found by `hash` and then compared byte for byte. */
+#define TSR_RING_ENTRIES 1024
+typedef struct tsr_ring_entry {
+  uint64_t hash, off;
+  uint32_t bytes;
+} tsr_ring_entry_t;
+
 static void free_staging(tsr_exec_dev_t *d) {
   tsr_dio_free(d, &d->a);
   tsr_dio_free(d, &d->c);
   tsr_dio_free(d, &d->ring);
+  tsr_dio_free(d, &d->rings);
   free(d->ring_host);
-  d->ring_host = NULL;
+  free(d->rings_host);
+  free(d->ring_ents);
+  d->ring_host = d->rings_host = NULL;
+  d->ring_ents = NULL;
+  d->n_ring_ents = d->ring_next = 0;
+  d->rings_used = 0;
 }
 
 /* Sizes the staging on device d for the largest launch of either kind. */
@@ -59,6 +75,7 @@ static void size_dev_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
   d->c_cap = (uint64_t)R * (uint64_t)o->group_n_max * 4;
   const tsr_graph_t *g = &o->graph;
   int32_t descs = 1;
+  uint64_t all = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL || n->group != i) continue;
@@ -67,8 +84,14 @@ static void size_dev_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
     const int32_t nd =
         tsr_tile_descs(ns, n->group_size, TSR_TILE_N_CHUNK, R, tsr_tile_m_chunk(&d->cd->caps));
     if (nd > descs) descs = nd;
+    all += (uint64_t)nd;
   }
   d->ring_cap = (uint64_t)descs * TSR_HW_DESC_BYTES;
+  /* resident rings: room for every group's ring of R rows four times over
+   * (a few batch sizes in turn stay resident), 64 KiB to 16 MiB */
+  d->rings_cap = 4 * all * TSR_HW_DESC_BYTES;
+  if (d->rings_cap < ((uint64_t)64 << 10)) d->rings_cap = (uint64_t)64 << 10;
+  if (d->rings_cap > ((uint64_t)16 << 20)) d->rings_cap = (uint64_t)16 << 20;
   if (o->attn.kind != TSR_ATTN_REFERENCE) {
     /* attention: A is Qq or P', C the score or PV partials, one descriptor
      * per pair */
@@ -90,6 +113,20 @@ static tsr_status_t alloc_staging(tsr_exec_dev_t *d) {
   TSR_RETURN_IF(tsr_dio_alloc(d, d->a_cap, &d->a));
   TSR_RETURN_IF(tsr_dio_alloc(d, d->c_cap, &d->c));
   TSR_RETURN_IF(tsr_dio_alloc(d, d->ring_cap, &d->ring));
+  /* the arena is optional: without room for it every ring is copied */
+  d->rings_host = malloc(d->rings_cap);
+  d->ring_ents = calloc(TSR_RING_ENTRIES, sizeof *d->ring_ents);
+  tsr_status_t s = d->rings_host && d->ring_ents && d->rings_cap
+                       ? tsr_dio_alloc(d, d->rings_cap, &d->rings)
+                       : TSR_ERR(RESOURCE_EXHAUSTED, "resident rings");
+  if (s) {
+    tsr_status_free(s);
+    free(d->rings_host);
+    free(d->ring_ents);
+    d->rings_host = NULL;
+    d->ring_ents = NULL;
+    memset(&d->rings, 0, sizeof d->rings);
+  }
   return TSR_OK;
 }
 
@@ -198,7 +235,8 @@ static uint64_t round_alloc(uint64_t n) {
  * layer for the sequences the partitioner reserves room for, each as the
  * allocator rounds it. */
 static uint64_t auto_window(const tsr_exec_t *o, const tsr_exec_dev_t *d) {
-  uint64_t b = round_alloc(d->a_cap) + round_alloc(d->c_cap) + round_alloc(d->ring_cap);
+  uint64_t b = round_alloc(d->a_cap) + round_alloc(d->c_cap) + round_alloc(d->ring_cap) +
+               round_alloc(d->rings_cap);
   const tsr_graph_t *g = &o->graph;
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (g->nodes[i].op == TSR_NODE_MATMUL)
@@ -510,6 +548,7 @@ typedef struct launch {
   void *c;
   size_t c_bytes;
   const char *what;
+  bool resident; /* the ring may stay resident (a matmul group's) */
   /* state */
   uint64_t fence;
   tsr_hal_result_t res;
@@ -534,18 +573,72 @@ static void launch_window(const launch_t *l, uint64_t *lo, uint64_t *hi) {
   *hi = d->a.addr + d->a.size;
   window_cover(lo, hi, &d->c);
   window_cover(lo, hi, &d->ring);
+  if (d->rings.size) window_cover(lo, hi, &d->rings);
   for (int i = 0; i < l->n_extra; i++) window_cover(lo, hi, l->extra[i]);
+}
+
+/* Empties the resident rings (the next launches upload theirs again). */
+static void rings_forget(tsr_exec_dev_t *d) {
+  d->n_ring_ents = d->ring_next = 0;
+  d->rings_used = 0;
+}
+
+static uint64_t ring_hash(const uint8_t *p, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+static bool ring_entry_is(const tsr_exec_dev_t *d, uint32_t e, uint64_t h, size_t n) {
+  const tsr_ring_entry_t *r = &d->ring_ents[e];
+  return r->hash == h && r->bytes == n && !memcmp(d->rings_host + r->off, d->ring_host, n);
+}
+
+/* The device address of the ring packed in d->ring_host (n bytes): a
+ * resident copy of the same bytes, or one uploaded now into the arena
+ * (emptied when full), or the plain staging ring when it does not fit. The
+ * arena's entries are looked for from the one after the last hit, since a
+ * pass launches its groups in the same order every step. */
+static tsr_status_t ring_place(tsr_exec_t *o, tsr_exec_dev_t *d, size_t n, bool resident,
+                               uint64_t *addr) {
+  if (!resident || !d->rings.size || n > d->rings_cap) {
+    TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, 0, d->ring_host, n, true));
+    *addr = d->ring.addr;
+    return TSR_OK;
+  }
+  const uint64_t h = ring_hash(d->ring_host, n);
+  for (uint32_t i = 0; i < d->n_ring_ents; i++) {
+    const uint32_t e = (d->ring_next + i) % d->n_ring_ents;
+    if (!ring_entry_is(d, e, h, n)) continue;
+    d->ring_next = e + 1;
+    d->ring_hits++;
+    *addr = d->rings.addr + d->ring_ents[e].off;
+    return TSR_OK;
+  }
+  const uint64_t size = (n + TSR_HW_DESC_BYTES - 1) / TSR_HW_DESC_BYTES * TSR_HW_DESC_BYTES;
+  if (d->rings_used + size > d->rings_cap || d->n_ring_ents == TSR_RING_ENTRIES)
+    rings_forget(d);
+  const uint64_t off = d->rings_used;
+  TSR_RETURN_IF(tsr_dio_write(o, d, &d->rings, off, d->ring_host, n, true));
+  memcpy(d->rings_host + off, d->ring_host, n);
+  d->ring_ents[d->n_ring_ents++] = (tsr_ring_entry_t){h, off, (uint32_t)n};
+  d->ring_next = d->n_ring_ents;
+  d->rings_used += size;
+  d->ring_uploads++;
+  *addr = d->rings.addr + off;
+  return TSR_OK;
 }
 
 static tsr_status_t launch_submit(tsr_exec_t *o, launch_t *l) {
   tsr_exec_dev_t *d = l->d;
   if (!d->rs.usable) return TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
   TSR_RETURN_IF(tsr_dio_write(o, d, &d->a, 0, l->a, l->a_bytes, true));
-  TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, 0, d->ring_host,
-                              (size_t)l->n_desc * TSR_HW_DESC_BYTES, true));
+  uint64_t ring;
+  TSR_RETURN_IF(
+      ring_place(o, d, (size_t)l->n_desc * TSR_HW_DESC_BYTES, l->resident, &ring));
   uint64_t lo, hi;
   launch_window(l, &lo, &hi);
-  tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = d->ring.addr,
+  tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = ring,
                            .n_desc = l->n_desc};
   return tsr_dio_submit(o, d, &cmd, &l->fence);
 }
@@ -574,6 +667,8 @@ static tsr_status_t launch_complete(tsr_exec_t *o, launch_ctx_t *lc, tsr_status_
     tsr_recover_ok(&d->rs);
     return TSR_OK;
   }
+  /* whatever failed, the retry uploads its ring again */
+  rings_forget(d);
   const tsr_recover_ops_t ops = {launch_sync, NULL, lc};
   s = tsr_recover(o->ctx, d->cd->hal, d->cd->name, &d->rs, s, &ops, what, host, NULL);
   if (d->rs.gone) d->cd->lost = true;
@@ -724,6 +819,7 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
   l->c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum;
   l->c_bytes = (size_t)c_off;
   l->what = tsr_mm_role_name(gr->m[0]->role);
+  l->resident = true;
   sh->lc.o = o;
 }
 

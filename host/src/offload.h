@@ -78,6 +78,16 @@ typedef struct tsr_exec_dev {
   tsr_hal_buffer_t a, c, ring; /* staging of one launch */
   uint64_t a_cap, c_cap, ring_cap;
   uint8_t *ring_host;        /* (ring_cap) descriptors packed on the host */
+  /* resident rings (exec.c): a matmul launch's ring stays in this arena of
+   * device memory, found again by its content, so the same ring (every
+   * decode step's) is uploaded once; rings.size 0: none, each ring is
+   * copied into `ring` */
+  tsr_hal_buffer_t rings;
+  uint8_t *rings_host;       /* (rings_cap) what the arena holds            */
+  uint64_t rings_cap, rings_used;
+  struct tsr_ring_entry *ring_ents; /* (TSR_RING_ENTRIES) rings in the arena */
+  uint32_t n_ring_ents, ring_next;  /* entries; the one a hit is looked for first */
+  uint64_t ring_hits, ring_uploads; /* resident rings reused, uploaded       */
   int trace_track;
   uint64_t launches, cycles;
   uint64_t xfers, xfer_bytes; /* host<->device copies (weights excluded) */

@@ -82,13 +82,14 @@ void tsr_proj_group(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t, int32_
             : tsr_proj_gemm_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k);
     d += (double)cyc / t->clock_hz;
   }
-  /* as the executor issues them: activation rows and ring up, the results
-   * of every member down in one read (exec.c launch_submit/launch_finish) */
-  const int32_t descs = tsr_tile_descs(ns, count, TSR_TILE_N_CHUNK, m, tsr_tile_m_chunk(caps));
-  double bytes = (double)m * k + (double)descs * TSR_HW_DESC_BYTES;
+  /* as the executor issues them in steady state: activation rows up, the
+   * results of every member down in one read (exec.c launch_submit/
+   * launch_finish); the ring is resident in device memory after the group's
+   * first launch of m rows (exec.c ring_place) */
+  double bytes = (double)m * k;
   for (int j = 0; j < count; j++) bytes += 4.0 * m * ns[j];
   *dev_s = d;
-  *xfer_s = caps->link_latency_s * 3 +
+  *xfer_s = caps->link_latency_s * 2 +
             (caps->link_bytes_per_s > 0 ? bytes / caps->link_bytes_per_s : 0);
 }
 

@@ -8,8 +8,9 @@
  *   - the device time of one matmul (tsr_proj_gemm_cycles): the kernel's
  *     cycle model (driver/kernel_model.h) at the device's read ports;
  *   - the cost of one matmul group on a device as the executor issues it
- *     (tsr_proj_group): one launch, its cycles, and three copies (the
- *     activation rows and the ring up, the results down in one read);
+ *     (tsr_proj_group): one launch, its cycles, and two copies (the
+ *     activation rows up, the results down in one read; the ring stays
+ *     resident in device memory after the first launch);
  *   - a CPU profile (tsr_cpu_profile_t): a fixed roofline of the host's int8
  *     matmuls (weight bytes per second streamed by a GEMV, int8 MACs per
  *     second of a GEMM). The partitioner measures the host kernel on every
@@ -52,8 +53,8 @@ uint64_t tsr_proj_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, 
 
 /* Cost of a matmul group on one device: `count` members of ns[i] outputs
  * over m rows of k inputs, in one launch. dev_s = launch latency + cycles
- * at the clock; xfer_s = the executor's three copies at the link's latency
- * and bandwidth. */
+ * at the clock; xfer_s = the executor's two copies (A up, C down; the ring
+ * is resident) at the link's latency and bandwidth. */
 /* Cycles of an m x n x k GEMM_BSR whose 16 x BK tiles (BK as the host
  * picks it, tsr_tile_bsr_bk) are stored at `density`, spread evenly: the
  * kernel model's walk over such a bitmap. */

@@ -319,6 +319,11 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
             d->launches ? (double)d->rows / (double)d->launches : 0.0);
     fprintf(f, "  device memory read by its launches: %" PRIu64 " bytes (BYTES_RD)\n",
             d->bytes_rd);
+    if (d->rings.size)
+      fprintf(f, "  resident rings: %" PRIu64 " matmul launches found their ring in device "
+                 "memory, %" PRIu64 " uploaded it (%" PRIu64 " of %" PRIu64 " arena bytes in "
+                 "use)\n",
+              d->ring_hits, d->ring_uploads, d->rings_used, d->rings_cap);
     if (d->bsr_mats)
       fprintf(f, "  block-sparse weights: %u matrices stored for GEMM_BSR (%" PRIu64 " of %" PRIu64
                  " tiles of %d rows, %.1f %%), %" PRIu64 " GEMM_BSR descriptors run\n",

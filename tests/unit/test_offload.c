@@ -345,6 +345,95 @@ static void test_groups_equal_naive(void) {
   free(logits);
 }
 
+/* Runs matmul group `lead` of e over R rows of random input (seed) on the
+ * device and counts the values that differ from the naive product of the
+ * same quantized input. */
+static long group_vs_naive(tsr_exec_t *e, int32_t lead, int32_t R, uint64_t seed) {
+  const tsr_plan_t *pl = tsr_exec_plan(e, R);
+  const tsr_node_t *ld = &e->graph.nodes[lead];
+  const int cnt = ld->group_size;
+  const int32_t k = ld->k;
+  int32_t n_sum = 0;
+  for (int j = 0; j < cnt; j++) n_sum += e->graph.nodes[lead + j].n;
+  float *x = malloc(sizeof(float) * (size_t)R * (size_t)k), *outs[8];
+  for (size_t t = 0; t < (size_t)R * (size_t)k; t++)
+    x[t] = (float)((double)(tsr_test_splitmix64(&seed) >> 11) / 4503599627370496.0 - 1.0);
+  for (int j = 0; j < cnt; j++)
+    outs[j] = malloc(sizeof(float) * (size_t)R * (size_t)e->graph.nodes[lead + j].n);
+  tsr_offload_scratch_t sc = {malloc((size_t)R * (size_t)k), malloc(sizeof(float) * (size_t)R),
+                              malloc(sizeof(int32_t) * (size_t)R * (size_t)n_sum), NULL};
+  long bad = 0;
+  tsr_status_t st = tsr_exec_matmul_group(e, pl, lead, R, x, outs, &sc);
+  CU_ASSERT_EQUAL(tsr_status_code(st), TSR_STATUS_OK);
+  tsr_status_free(st);
+  int8_t *xq = malloc((size_t)R * (size_t)k);
+  float *xs = malloc(sizeof(float) * (size_t)R);
+  tsr_quantize_rows(xq, xs, x, R, k);
+  for (int j = 0; j < cnt; j++) {
+    const tsr_node_t *nd = &e->graph.nodes[lead + j];
+    int32_t *c = malloc(sizeof(int32_t) * (size_t)R * (size_t)nd->n);
+    float *want = malloc(sizeof(float) * (size_t)R * (size_t)nd->n);
+    tsr_test_ref_gemm_i8(c, (size_t)nd->n, xq, (size_t)k, nd->w->q.data, (size_t)k, R, nd->n, k);
+    tsr_dequantize(want, (size_t)nd->n, c, (size_t)nd->n, xs, nd->w->q.scale, R, nd->n);
+    for (size_t t = 0; t < (size_t)R * (size_t)nd->n; t++) bad += want[t] != outs[j][t];
+    free(c);
+    free(want);
+    free(outs[j]);
+  }
+  free(x);
+  free(xq);
+  free(xs);
+  free(sc.qa);
+  free(sc.qa_scale);
+  free(sc.acc);
+  return bad;
+}
+
+/* A matmul group's ring stays in device memory: the same group over the
+ * same rows again finds it (no upload) and computes the new input right;
+ * other rows or another group upload theirs; every result equals the
+ * naive product. */
+static void test_resident_rings(void) {
+  const int vocab = TSR_TILE_N_CHUNK + 3;
+  float *logits = calloc((size_t)vocab, sizeof(float));
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, odd_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (!r.sess) {
+    rig_close(&r);
+    free(logits);
+    return;
+  }
+  run_tokens(r.sess, logits, vocab);
+  tsr_exec_t *e = tsr_session_exec(r.sess);
+  tsr_exec_dev_t *d = &e->devs[0];
+  CU_ASSERT_TRUE(d->rings.size > 0);
+  int32_t lead[2] = {-1, -1};
+  for (int32_t i = 0, n = 0; i < e->graph.n_nodes && n < 2; i++)
+    if (e->graph.nodes[i].op == TSR_NODE_MATMUL && e->graph.nodes[i].group == i) lead[n++] = i;
+  CU_ASSERT_TRUE(lead[1] >= 0);
+  if (lead[1] < 0) {
+    rig_close(&r);
+    free(logits);
+    return;
+  }
+  long bad = group_vs_naive(e, lead[0], 3, 1);
+  const uint64_t up0 = d->ring_uploads, hit0 = d->ring_hits;
+  for (uint64_t seed = 2; seed < 5; seed++) bad += group_vs_naive(e, lead[0], 3, seed);
+  CU_ASSERT_EQUAL(d->ring_uploads, up0);    /* found again, three times */
+  CU_ASSERT_EQUAL(d->ring_hits, hit0 + 3);
+  bad += group_vs_naive(e, lead[0], 5, 6);  /* other rows: another ring */
+  CU_ASSERT_EQUAL(d->ring_uploads, up0 + 1);
+  bad += group_vs_naive(e, lead[1], 3, 7);  /* another group */
+  CU_ASSERT_EQUAL(d->ring_uploads, up0 + 2);
+  bad += group_vs_naive(e, lead[0], 3, 8);  /* the first one is still there */
+  CU_ASSERT_EQUAL(d->ring_uploads, up0 + 2);
+  CU_ASSERT_EQUAL(d->ring_hits, hit0 + 4);
+  CU_ASSERT_EQUAL(bad, 0);
+  rig_close(&r);
+  free(logits);
+}
+
 /* Faults: a failed command is retried; with no retries it falls back; a
  * hang trips the watchdog; a lost device moves work to the host; with
  * fallback off each of these is an error. The logits never change. */
@@ -542,6 +631,7 @@ int main(void) {
   CU_add_test(s, "tile arithmetic", test_tile_arithmetic);
   CU_add_test(s, "odd shapes bit-exact through the device", test_odd_shapes_bit_exact);
   CU_add_test(s, "matmul groups on the device == naive reference", test_groups_equal_naive);
+  CU_add_test(s, "a matmul group's ring stays resident, results exact", test_resident_rings);
   CU_add_test(s, "fallback and --no-fallback", test_fallback);
   CU_add_test(s, "trace is JSON, balanced, split launches in flight together", test_trace);
   return tsr_test_run_all();
