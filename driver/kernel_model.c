@@ -47,8 +47,8 @@ static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, u
  *     (memory latency + one beat) and checked in three cycles before its
  *     tiles start, and ends at a barrier when its last results are written;
  *   - the loader queues one step per (m block, n block, k chunk), issuing
- *     one read segment per operand row it must load; two buffer slots per
- *     operand let step i+1 load while step i computes, so a step takes the
+ *     one read segment per operand row it must load; three buffer slots per
+ *     operand let steps i+1 and i+2 load while step i computes, so a step takes the
  *     longest of: its compute (GEMM: one k per cycle; GEMV: rows k's per
  *     cycle), its loads at the memory bandwidth, the loader's issue time
  *     plus the memory latency and, for a tile's last step, the
@@ -93,6 +93,7 @@ void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
  * as the RTL does. */
 #define KM_MAX_PORTS 64
 #define KM_OUTSTANDING 16
+#define KM_SLOTS 3 /* buffer slots per operand (tsr_loader Slots) */
 
 typedef struct {
   double chan;                      /* next beat may come at this cycle */
@@ -214,14 +215,19 @@ static void km_issue_init(km_issue_t *q, double t0) {
   q->prev_f = t0;
 }
 
+/* Cycles the array takes to sum a GEMV tile's bank (hw/rtl/tsr_mac_array.sv
+ * SumSteps: rows / 16 bank rows a cycle, at most 16 cycles). */
+static uint64_t km_sum_steps(uint64_t rows) { return rows < 16 ? rows : 16; }
+
 /* One step pushed by the loader at `pushed` (segs: it loaded segments, so
  * its data is seen a cycle after the last one's completion), computing
  * `comp` cycles; a tile's last step waits for the output bank, then its
  * rows (ml rows of row_bytes at c_addr, ldc apart) go to the writer five
- * cycles after. Returns the step's finishing cycle. */
+ * cycles after, `sum` cycles later for a GEMV tile (its column sums).
+ * Returns the step's finishing cycle. */
 static double km_issue_step(km_sim_t *s, km_issue_t *q, double pushed, bool segs, uint64_t comp,
                             bool last, uint64_t c_addr, uint64_t ldc, uint64_t ml,
-                            uint64_t row_bytes) {
+                            uint64_t row_bytes, uint64_t sum) {
   double ready = pushed + 1;
   if (segs && ready < s->last_done + 1) ready = s->last_done + 1;
   double start = ready > q->prev_f ? ready : q->prev_f;
@@ -232,7 +238,8 @@ static double km_issue_step(km_sim_t *s, km_issue_t *q, double pushed, bool segs
   q->prev_f = f;
   q->any = true;
   if (last) {
-    double h = km_write_rows(s, c_addr, ldc, ml, row_bytes, f + 6, &q->wfree, &q->resp);
+    double h = km_write_rows(s, c_addr, ldc, ml, row_bytes, f + 6 + (double)sum, &q->wfree,
+                             &q->resp);
     q->out_free = h + 1;
   }
   return f;
@@ -258,7 +265,7 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
   bool kfits = k <= kchunk;
 
   double L = t0;                    /* loader in LPrep                     */
-  double slot_a[2] = {0, 0}, slot_w[2] = {0, 0}; /* free from this cycle   */
+  double slot_a[KM_SLOTS] = {0}, slot_w[KM_SLOTS] = {0}; /* free from this cycle */
   int sa = 0, sw = 0;
   km_issue_t q;
   km_issue_init(&q, t0);
@@ -270,7 +277,7 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
         uint64_t kc = k - k0 < kchunk ? k - k0 : kchunk;
         bool reuse_a = kfits && n0 != 0;
         bool reuse_w = kfits && n <= cols && m0 != 0;
-        int na = reuse_a ? sa : !sa, nw = reuse_w ? sw : !sw;
+        int na = reuse_a ? sa : (sa + 1) % KM_SLOTS, nw = reuse_w ? sw : (sw + 1) % KM_SLOTS;
         if (!reuse_a && L < slot_a[na]) L = slot_a[na];
         if (!reuse_w && L < slot_w[nw]) L = slot_w[nw];
         sa = na, sw = nw;
@@ -294,7 +301,8 @@ static km_desc_time_t km_gemm_time(const tsr_km_timing_t *t, const tsr_desc_t *d
         /* compute: record visible after LPush */
         uint64_t comp = gemv ? (kc + rows - 1) / rows : kc;
         double f = km_issue_step(&s, &q, pushed, segs, comp, k0 + kc == k,
-                                 d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl);
+                                 d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
+                                 gemv ? km_sum_steps(rows) : 0);
         slot_a[sa] = f + 1;
         slot_w[sw] = f + 1;
       }
@@ -375,7 +383,7 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
   const uint64_t tiles = tsr_desc_bsr_tiles(d);
 
   double L = t0, z_free = 0;
-  double slot_a[2] = {0, 0}, slot_w[2] = {0, 0};
+  double slot_a[KM_SLOTS] = {0}, slot_w[KM_SLOTS] = {0};
   int sa = 0, sw = 0;
   km_issue_t q;
   km_issue_init(&q, t0);
@@ -425,7 +433,7 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
           const uint64_t k0 = t0k * BK, kc = (k - k0 < ktc * BK) ? k - k0 : ktc * BK;
           const bool load_a = in_chunk && !(kfits && a_held);
           const bool load_w = in_chunk && !(kfits && wfits && m0 != 0);
-          int na = load_a ? !sa : sa, nw = load_w ? !sw : sw;
+          int na = load_a ? (sa + 1) % KM_SLOTS : sa, nw = load_w ? (sw + 1) % KM_SLOTS : sw;
           if (load_a && L < slot_a[na]) L = slot_a[na];
           if (load_w && L < slot_w[nw]) L = slot_w[nw];
           sa = na, sw = nw;
@@ -467,7 +475,8 @@ static uint32_t km_bsr(const tsr_km_timing_t *t, const tsr_desc_t *d, const uint
           double pushed = (segs || prefetched) ? last_hs + 1 : L + 1;
           L = pushed + 2;
           double f = km_issue_step(&s, &q, pushed, segs, comp, last,
-                                   d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl);
+                                   d->c_addr + m0 * d->ldc + 4 * n0, d->ldc, ml, 4 * nl,
+                                   gemv ? km_sum_steps(rows) : 0);
           slot_a[sa] = f + 1;
           slot_w[sw] = f + 1;
           if (last) break;

@@ -18,6 +18,7 @@ module tsr_compute #(
   parameter int NumPorts  = 1,     // read ports
   parameter int SegW      = 16,    // bits of a port's segment counter
   parameter int SlotAw    = $clog2(KChunk / DataBytes),  // word address bits of a slot
+  parameter int SlW       = 2,                           // slot index bits (tsr_loader)
   parameter int KcW       = $clog2(KChunk) + 1,          // holds KChunk
   parameter int MLenW     = $clog2(Rows + 1),            // tile rows bits
   parameter int NLenW     = 5,                           // tile columns bits
@@ -29,8 +30,8 @@ module tsr_compute #(
   input  logic              rst_ni,       // asynchronous reset, active low
   // the head of the step queue
   input  logic              valid_i,      // a step record is queued
-  input  logic              sa_i,         // its A slot
-  input  logic              sw_i,         // its W slot
+  input  logic [SlW-1:0]    sa_i,         // its A slot
+  input  logic [SlW-1:0]    sw_i,         // its W slot
   input  logic [KcW-1:0]    kc_i,         // its k bytes
   input  logic              first_i,      // first k chunk of its tile
   input  logic              last_i,       // last k chunk of its tile
@@ -53,13 +54,13 @@ module tsr_compute #(
   output logic              tile_gemv_o,  // its mode
   // slots
   output logic              release_o,    // the step's last reduction step issues
-  output logic              rel_sa_o,     // its A slot
-  output logic              rel_sw_o,     // its W slot
+  output logic [SlW-1:0]    rel_sa_o,     // its A slot
+  output logic [SlW-1:0]    rel_sw_o,     // its W slot
   output logic              active_o,     // a step is issuing
   // buffers and array
   output logic              re_o,         // read the buffers this cycle
-  output logic [SlotAw:0]   a_raddr_o,    // A word address (all banks)
-  output logic [SlotAw:0]   w_raddr_o,    // W word address (all banks)
+  output logic [SlW+SlotAw-1:0] a_raddr_o, // A word address (all banks)
+  output logic [SlW+SlotAw-1:0] w_raddr_o, // W word address (all banks)
   output logic              v_o,          // array: operands valid
   output logic              first_o,      // array: first reduction step
   output logic              last_o,       // array: last reduction step
@@ -70,7 +71,8 @@ module tsr_compute #(
   localparam int LogRows = $clog2(Rows);
   localparam int TW      = KcW;   // reduction step counter
 
-  logic             act_q, act_d, sa_q, sa_d, sw_q, sw_d, first_q, first_d;
+  logic             act_q, act_d, first_q, first_d;
+  logic [SlW-1:0]   sa_q, sa_d, sw_q, sw_d;
   logic             last_q, last_d, gemv_q, gemv_d;
   logic [KcW-1:0]   kc_q, kc_d;
   logic [TW-1:0]    t_q, t_d, tlast_q, tlast_d;
@@ -174,7 +176,7 @@ module tsr_compute #(
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      act_q <= 1'b0; sa_q <= 1'b0; sw_q <= 1'b0; first_q <= 1'b0; last_q <= 1'b0;
+      act_q <= 1'b0; sa_q <= '0; sw_q <= '0; first_q <= 1'b0; last_q <= 1'b0;
       gemv_q <= 1'b0; kc_q <= '0; t_q <= '0; tlast_q <= '0;
       c_q <= '0; mlen_q <= '0; nlen_q <= '0;
       bsr_q <= 1'b0; mask_q <= '0; x_q <= '0; tk_q <= '0; tklast_q <= '0; tend_q <= '0;

@@ -83,7 +83,9 @@ module tsr_core #(
   localparam int OffW      = $clog2(DataBytes);
   localparam int WordsSlot = KChunk / DataBytes;
   localparam int SlotAw    = $clog2(WordsSlot);
-  localparam int RamAw     = SlotAw + 1;
+  localparam int Slots     = 3;                    // buffer slots per operand (tsr_loader)
+  localparam int SlW       = $clog2(Slots);
+  localparam int RamAw     = SlotAw + SlW;
   localparam int KcW       = $clog2(KChunk) + 1;    // holds KChunk
   localparam int LenW      = KcW;
   localparam int BankW     = 8;
@@ -137,7 +139,7 @@ module tsr_core #(
   logic [RamAw-1:0]  buf_waddr;
   logic [DW-1:0]     buf_wdata;
   // step queue
-  localparam int StepW = 1 + 1 + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + CntW + 1 + CT;
+  localparam int StepW = SlW + SlW + KcW + 1 + 1 + 1 + MLenW + NLenW + 64 + CntW + 1 + CT;
   logic             sf_push, sf_pop, sf_empty, sf_full;
   logic [StepW-1:0] sf_wdata, sf_rdata;
   logic             s_bsr, h_bsr;
@@ -146,20 +148,23 @@ module tsr_core #(
   logic [63:0]      z_c;
   logic [MLenW-1:0] z_mlen;
   logic [NLenW-1:0] z_nlen;
-  logic             s_sa, s_sw, s_first, s_last, s_gemv;
+  logic [SlW-1:0]   s_sa, s_sw;
+  logic             s_first, s_last, s_gemv;
   logic [KcW-1:0]   s_kc;
   logic [MLenW-1:0] s_mlen;
   logic [NLenW-1:0] s_nlen;
   logic [63:0]      s_c;
   logic [CntW-1:0]  s_target;
-  logic             h_sa, h_sw, h_first, h_last, h_gemv;
+  logic [SlW-1:0]   h_sa, h_sw;
+  logic             h_first, h_last, h_gemv;
   logic [KcW-1:0]   h_kc;
   logic [MLenW-1:0] h_mlen;
   logic [NLenW-1:0] h_nlen;
   logic [63:0]      h_c;
   logic [CntW-1:0]  h_target;
   // compute
-  logic             c_release, c_rel_sa, c_rel_sw, c_active, c_re, tile, tile_gemv;
+  logic             c_release, c_active, c_re, tile, tile_gemv;
+  logic [SlW-1:0]   c_rel_sa, c_rel_sw;
   logic [RamAw-1:0] a_raddr, w_raddr;
   logic [63:0]      tile_c;
   logic [MLenW-1:0] tile_mlen;
@@ -202,7 +207,7 @@ module tsr_core #(
   );
 
   tsr_loader #(.Rows(Rows), .Cols(Cols), .DataBytes(DataBytes), .KChunk(KChunk),
-               .NumPorts(NumPorts), .SegW(SegW)) u_load (
+               .NumPorts(NumPorts), .SegW(SegW), .Slots(Slots)) u_load (
     .clk_i, .rst_ni,
     .start_i (exec), .gemv_i (exec_gemv), .m_i (d_m), .n_i (d_n), .k_i (d_k),
     .lda_i (d_lda), .ldw_i (d_ldw), .ldc_i (d_ldc),
@@ -235,7 +240,7 @@ module tsr_core #(
   );
 
   tsr_compute #(.Rows(Rows), .DataBytes(DataBytes), .KChunk(KChunk),
-                .NumPorts(NumPorts), .SegW(SegW), .NLenW(NLenW)) u_comp (
+                .NumPorts(NumPorts), .SegW(SegW), .SlW(SlW), .NLenW(NLenW)) u_comp (
     .clk_i, .rst_ni,
     .valid_i (!sf_empty), .sa_i (h_sa), .sw_i (h_sw), .kc_i (h_kc), .first_i (h_first),
     .last_i (h_last), .gemv_i (h_gemv), .mlen_i (h_mlen), .nlen_i (h_nlen), .c_i (h_c),
@@ -301,7 +306,7 @@ module tsr_core #(
   logic [Cols*DW-1:0] w_words;
 
   for (genvar r = 0; r < Rows; r++) begin : g_abank
-    tsr_ram_1r1w #(.Width(DW), .Depth(2 * WordsSlot)) u_ram (
+    tsr_ram_1r1w #(.Width(DW), .Depth(Slots * WordsSlot), .Aw(RamAw)) u_ram (
       .clk_i,
       .we_i    (buf_we && buf_dest == DestA && buf_bank == BankW'(r)),
       .waddr_i (buf_waddr),
@@ -318,7 +323,7 @@ module tsr_core #(
   logic [RamAw-1:0]  wt_addr;
   assign wt_i    = buf_waddr[SlotAw-1:0];
   assign wt_bank = d_bk128 ? 5'(wt_i >> 1) : 5'(wt_i);
-  assign wt_addr = {buf_waddr[SlotAw], SlotAw'(buf_bank) + (d_bk128 ? SlotAw'(wt_i[0]) : '0)};
+  assign wt_addr = {buf_waddr[RamAw-1:SlotAw], SlotAw'(buf_bank) + (d_bk128 ? SlotAw'(wt_i[0]) : '0)};
   for (genvar j = 0; j < Cols; j++) begin : g_wbank
     localparam int P = j % NumPorts;   // the port of this bank when striped
     logic              we, src, wt;
@@ -339,7 +344,7 @@ module tsr_core #(
                        : ((buf_we && buf_dest == DestW && buf_bank == BankW'(j)) || wt);
     assign waddr = src ? pt_waddr[P*RamAw +: RamAw] : (wt ? wt_addr : buf_waddr);
     assign wdata = src ? pt_wdata[P*DW +: DW] : buf_wdata;
-    tsr_ram_1r1w #(.Width(DW), .Depth(2 * WordsSlot)) u_ram (
+    tsr_ram_1r1w #(.Width(DW), .Depth(Slots * WordsSlot), .Aw(RamAw)) u_ram (
       .clk_i,
       .we_i    (we),
       .waddr_i (waddr),

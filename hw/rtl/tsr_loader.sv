@@ -2,8 +2,9 @@
 //
 // Tiles go m block (Rows rows of A, or one row in GEMV mode), n block (Cols
 // rows of W), k chunk (KChunk bytes). For each step the loader waits for a
-// free buffer slot per operand (two slots each: the next step loads while
-// the current one computes), issues one read segment per A row and per W
+// free buffer slot per operand (Slots each, taken in turn: the next two
+// steps load while the current one computes, so the memory latency of a
+// step's first read is hidden behind the loads of the step before), issues one read segment per A row and per W
 // row into it, and queues a step record for the compute engine. A segment is
 // skipped when the previous step left the same chunk in its slot: A across
 // n blocks, W across m blocks, when K fits one chunk (and N one n block).
@@ -25,6 +26,8 @@ module tsr_loader #(
   parameter int PortW     = (NumPorts > 1) ? $clog2(NumPorts) : 1,  // port index bits
   parameter int SegW      = 16,    // bits of a port's segment counter
   parameter int SlotAw    = $clog2(KChunk / DataBytes),  // word address bits of a slot
+  parameter int Slots     = 3,                           // buffer slots per operand
+  parameter int SlW       = $clog2(Slots),               // slot index bits
   parameter int KcW       = $clog2(KChunk) + 1,          // holds KChunk
   parameter int MLenW     = $clog2(Rows + 1),            // holds Rows
   parameter int NLenW     = $clog2(Cols + 1),            // holds Cols
@@ -70,13 +73,13 @@ module tsr_loader #(
   output logic [1:0]        seg_dest_o,    // DestA, DestW, DestWT or DestDesc (tsr_dest.svh)
   output logic [PortW-1:0]  seg_port_o,    // read port (the row's memory channel)
   output logic [7:0]        seg_bank_o,    // the bank (operand row in the block)
-  output logic [SlotAw:0]   seg_waddr_o,   // first buffer word (slot, word 0)
+  output logic [SlW+SlotAw-1:0] seg_waddr_o, // first buffer word (slot, word 0)
   // step records
   output logic              push_o,        // a step record is ready
   input  logic              full_i,        // the step queue is full
   input  logic [NumPorts*SegW-1:0] segs_issued_i, // per port: segments issued so far
-  output logic              st_sa_o,       // A slot of the step
-  output logic              st_sw_o,       // W slot of the step
+  output logic [SlW-1:0]    st_sa_o,       // A slot of the step
+  output logic [SlW-1:0]    st_sw_o,       // W slot of the step
   output logic [KcW-1:0]    st_kc_o,       // k bytes of the step
   output logic              st_first_o,    // first k chunk of its tile
   output logic              st_last_o,     // last k chunk of its tile
@@ -89,8 +92,8 @@ module tsr_loader #(
   output logic [CT-1:0]     st_cb_o,       // GEMM_BSR: the chunk's stored tiles
   // slot releases from the compute engine
   input  logic              release_i,     // a step's compute ends
-  input  logic              rel_sa_i,      // its A slot
-  input  logic              rel_sw_i       // its W slot
+  input  logic [SlW-1:0]    rel_sa_i,      // its A slot
+  input  logic [SlW-1:0]    rel_sw_i       // its W slot
 );
   localparam int LogRows = $clog2(Rows);
   localparam int LogCols = $clog2(Cols);
@@ -113,13 +116,13 @@ module tsr_loader #(
   logic [63:0]      seg_ptr_q, seg_ptr_d;
   logic [63:0]      grp_ptr_q, grp_ptr_d;                      // W: channel 0's row of the group
   logic [7:0]       seg_idx_q, seg_idx_d;
-  logic             sa_q, sa_d, sw_q, sw_d;                    // slots of the step
+  logic [SlW-1:0]   sa_q, sa_d, sw_q, sw_d;                    // slots of the step
   logic [MLenW-1:0] mlen_q, mlen_d;
   logic [NLenW-1:0] nlen_q, nlen_d;
   logic [KcW-1:0]   kc_q, kc_d;
   logic             reuse_w_q, reuse_w_d;
-  logic [2:0]       busy_a_q [2];
-  logic [2:0]       busy_w_q [2];
+  logic [2:0]       busy_a_q [Slots];
+  logic [2:0]       busy_w_q [Slots];
   // GEMM_BSR walk
   logic             bsr_q, bsr_d;
   logic [1023:0]    bm0_q, bm1_q;                              // walk entries
@@ -140,7 +143,10 @@ module tsr_loader #(
   logic [MLenW-1:0] m_len;
   logic [NLenW-1:0] n_len;
   logic [KcW-1:0]   kc_len;
-  logic             reuse_a, reuse_w, na, nw, prep_ok, seg_hs;
+  logic             reuse_a, reuse_w, prep_ok, seg_hs;
+  logic [SlW-1:0]   sa_n, sw_n, na, nw;   // the slots after sa_q / sw_q; the step's
+  assign sa_n    = (sa_q == SlW'(Slots - 1)) ? '0 : sa_q + SlW'(1);
+  assign sw_n    = (sw_q == SlW'(Slots - 1)) ? '0 : sw_q + SlW'(1);
   assign m_rem   = {1'b0, m_i} - m0_q;
   assign n_rem   = {1'b0, n_i} - n0_q;
   assign k_rem   = {1'b0, k_i} - k0_q;
@@ -149,8 +155,8 @@ module tsr_loader #(
   assign kc_len  = (k_rem >= 17'(KChunk)) ? KcW'(KChunk) : KcW'(k_rem);
   assign reuse_a = (k_i <= 16'(KChunk)) && (n0_q != 17'd0);
   assign reuse_w = (k_i <= 16'(KChunk)) && (n_i <= 16'(Cols)) && (m0_q != 17'd0);
-  assign na      = reuse_a ? sa_q : !sa_q;
-  assign nw      = reuse_w ? sw_q : !sw_q;
+  assign na      = reuse_a ? sa_q : sa_n;
+  assign nw      = reuse_w ? sw_q : sw_n;
   assign prep_ok = !full_i && (reuse_a || busy_a_q[na] == 3'd0) &&
                    (reuse_w || busy_w_q[nw] == 3'd0);
   assign seg_hs  = seg_valid_o && seg_ready_i;
@@ -171,7 +177,8 @@ module tsr_loader #(
   logic [ChW-1:0]   cn;
   logic [CT-1:0]    cb, wbit;
   logic [XW-1:0]    wx;
-  logic             blast, bnext, bla, blw, bprep_ok, bna, bnw;
+  logic             blast, bnext, bla, blw, bprep_ok;
+  logic [SlW-1:0]   bna, bnw;
   logic [16:0]      bk0, bk_rem;
   logic [KcW-1:0]   bkc;
   logic [NLenW-1:0] bn_len;
@@ -201,8 +208,8 @@ module tsr_loader #(
   // A is kept while K fits one chunk, W while N fits one tile row too
   assign bla      = !((k_i <= 16'(KChunk)) && ah_q);
   assign blw      = !((k_i <= 16'(KChunk)) && (n_i <= 16'd16) && (m0_q != 17'd0));
-  assign bna      = bla ? !sa_q : sa_q;
-  assign bnw      = blw ? !sw_q : sw_q;
+  assign bna      = bla ? sa_n : sa_q;
+  assign bnw      = blw ? sw_n : sw_q;
   assign bprep_ok = !full_i && (!bla || busy_a_q[bna] == 3'd0) && (!blw || busy_w_q[bnw] == 3'd0);
 
   always_comb begin
@@ -393,7 +400,7 @@ module tsr_loader #(
       m0_q <= '0; n0_q <= '0; k0_q <= '0;
       a_blk_q <= '0; w_blk_q <= '0; c_row_q <= '0;
       seg_ptr_q <= '0; seg_idx_q <= '0; grp_ptr_q <= '0;
-      sa_q <= 1'b0; sw_q <= 1'b0;
+      sa_q <= '0; sw_q <= '0;
       mlen_q <= '0; nlen_q <= '0; kc_q <= '0; reuse_w_q <= 1'b0;
       bsr_q <= 1'b0; e_q <= 1'b0; pf_q <= 1'b0; ah_q <= 1'b0; la_q <= 1'b0; lw_q <= 1'b0;
       zr_q <= 1'b0; bfirst_q <= 1'b0; blast_q <= 1'b0; c_q <= '0; cb_q <= '0; wm_q <= '0;
@@ -437,13 +444,16 @@ module tsr_loader #(
   // Slot use counts: +1 when a step is queued, -1 when its compute ends.
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      busy_a_q[0] <= '0; busy_a_q[1] <= '0; busy_w_q[0] <= '0; busy_w_q[1] <= '0;
+      for (int s = 0; s < Slots; s++) begin
+        busy_a_q[s] <= '0;
+        busy_w_q[s] <= '0;
+      end
     end else begin
-      for (int s = 0; s < 2; s++) begin
-        busy_a_q[s] <= busy_a_q[s] + 3'((push_o && sa_q == s[0])) -
-                       3'((release_i && rel_sa_i == s[0]));
-        busy_w_q[s] <= busy_w_q[s] + 3'((push_o && sw_q == s[0])) -
-                       3'((release_i && rel_sw_i == s[0]));
+      for (int s = 0; s < Slots; s++) begin
+        busy_a_q[s] <= busy_a_q[s] + 3'((push_o && sa_q == SlW'(s))) -
+                       3'((release_i && rel_sa_i == SlW'(s)));
+        busy_w_q[s] <= busy_w_q[s] + 3'((push_o && sw_q == SlW'(s))) -
+                       3'((release_i && rel_sw_i == SlW'(s)));
       end
     end
   end

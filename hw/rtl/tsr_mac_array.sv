@@ -8,18 +8,26 @@
 //              Rows-wide slice of k), w(r, j) = byte idx_i+r of W word j; each
 //              column is a Rows-lane dot product; lanes >= lanes_i add zero.
 // first_i restarts the accumulators, last_i copies the results into the
-// output bank (cap_o pulses) so the next tile can start at once. In GEMV mode
-// colsum_o gives the column sums (the lanes' partial dot products added).
+// output bank so the next tile can start at once; cap_o pulses when the bank
+// can be read. In GEMV mode colsum_o gives the column sums (the lanes'
+// partial dot products added): they are summed in SumSteps cycles after the
+// bank is loaded, Rows / SumSteps rows a cycle through the row read's
+// multiplexer, and cap_o pulses after the last of them. The writer reserves
+// the bank from a tile's last step until it has drained it, so the bank does
+// not change while it is summed.
 // The bank is an array of words (not one wide vector) so that simulators
 // update it element by element.
-// Pipeline: operand select (1) -> multiply (1) -> accumulate (1) -> bank (1).
+// Pipeline: operand select (1) -> multiply (1) -> accumulate (1) -> bank (1)
+// -> GEMV column sums (SumSteps).
 module tsr_mac_array #(
   parameter int Rows      = 16,                 // array rows
   parameter int Cols      = 16,                 // array columns
   parameter int DataBytes = 64,                 // bytes per buffer word
   parameter int OffW      = $clog2(DataBytes),  // byte index bits
   parameter int LaneW     = $clog2(Rows + 1),   // lane count bits
-  parameter int DW        = DataBytes * 8       // bits per buffer word
+  parameter int DW        = DataBytes * 8,      // bits per buffer word
+  // cycles of the GEMV column sums (a power of two, at most Rows)
+  parameter int SumSteps  = (Rows < 16) ? Rows : 16
 ) (
   input  logic                     clk_i,      // clock
   input  logic                     rst_ni,     // asynchronous reset, active low
@@ -35,7 +43,8 @@ module tsr_mac_array #(
   output logic                     gemv_o,     // mode of the tile in the bank
   input  logic [LaneW-1:0]         row_i,      // output bank row to read
   output logic [Cols*32-1:0]       row_o,      // that row, column j at j*32
-  output logic [Cols*32-1:0]       colsum_o    // sum over r of the bank, per column
+  output logic [Cols*32-1:0]       colsum_o    // sum over r of the bank, per column (GEMV,
+                                               // valid from cap_o until the next load)
 );
   logic [31:0] out_q [Rows*Cols];   // output bank, PE (r, j) at r*Cols+j
 
@@ -43,22 +52,39 @@ module tsr_mac_array #(
   logic       v_s_q, first_s_q, last_s_q, gemv_s_q;
   logic       v_m_q, first_m_q, last_m_q, gemv_m_q;
   logic       load_q, gemv_l_q;   // the bank takes the accumulators this cycle
+  // GEMV column sums: step sum_q of SumSteps runs while sum_act_q
+  localparam int LogSum = (SumSteps > 1) ? $clog2(SumSteps) : 1;
+  localparam int SumRows = Rows / SumSteps;   // bank rows added per step
+  logic              sum_act_q, sum_last;
+  logic [LogSum-1:0] sum_q;
+
+  assign sum_last = sum_act_q && (sum_q == LogSum'(SumSteps - 1));
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       {v_s_q, first_s_q, last_s_q, gemv_s_q} <= '0;
       {v_m_q, first_m_q, last_m_q, gemv_m_q} <= '0;
-      load_q   <= 1'b0;
-      gemv_l_q <= 1'b0;
-      cap_o  <= 1'b0;
-      gemv_o <= 1'b0;
+      load_q    <= 1'b0;
+      gemv_l_q  <= 1'b0;
+      cap_o     <= 1'b0;
+      gemv_o    <= 1'b0;
+      sum_act_q <= 1'b0;
+      sum_q     <= '0;
     end else begin
       {v_s_q, first_s_q, last_s_q, gemv_s_q} <= {v_i, first_i, last_i, gemv_i};
       {v_m_q, first_m_q, last_m_q, gemv_m_q} <= {v_s_q, first_s_q, last_s_q, gemv_s_q};
       load_q   <= v_m_q && last_m_q;
       gemv_l_q <= gemv_m_q;
-      cap_o <= load_q;
+      cap_o <= (load_q && !gemv_l_q) || sum_last;
       if (load_q) gemv_o <= gemv_l_q;
+      if (load_q && gemv_l_q) begin
+        sum_act_q <= 1'b1;
+        sum_q     <= '0;
+      end else if (sum_last) begin
+        sum_act_q <= 1'b0;
+      end else if (sum_act_q) begin
+        sum_q <= sum_q + LogSum'(1);
+      end
     end
   end
 
@@ -175,28 +201,73 @@ module tsr_mac_array #(
     end
   end
 
-  // Row read and column sums for GEMV mode (the reduction across the lanes),
-  // per column: the row read takes row_i modulo Rows (the writer asks only
-  // for rows below Rows); the column sum is a balanced tree of Rows - 1
-  // two-input 32-bit adders.
+  // Row read and column sums, per column. One multiplexer tree picks a
+  // group of SumRows bank rows: the writer's row (row_i modulo Rows; it asks
+  // only for rows below Rows) or, while the sums run, group sum_q. The row
+  // read takes its row out of the group; the column sum adds the group's
+  // rows (a tree of SumRows - 1 adders) to the sum of the groups before it.
+  localparam int LogSR = (SumRows > 1) ? $clog2(SumRows) : 0;
+  localparam int GrpW  = SumRows * 32;
+  /* verilator lint_off UNUSEDSIGNAL */
+  logic [LaneW-1:0]  gsel_full;
+  /* verilator lint_on UNUSEDSIGNAL */
+  logic [LogSum-1:0] gsel;
+  assign gsel_full = sum_act_q ? LaneW'(LaneW'(sum_q) << LogSR) : row_i;
+  assign gsel      = (SumSteps > 1) ? LogSum'(gsel_full >> LogSR) : '0;
+
   for (genvar j = 0; j < Cols; j++) begin : g_out
-    logic [Rows*32-1:0] col, rd_t, sum_t;
+    logic [Rows*32-1:0] col, grp_t;
+    logic [GrpW-1:0]    grp, add_t;
+    logic [31:0]        rd, colsum_q;
     for (genvar r = 0; r < Rows; r++) begin : g_w
       assign col[r*32 +: 32] = out_q[r*Cols+j];
     end
     always_comb begin
-      rd_t  = col;
-      sum_t = col;
-      for (int l = 0; l < LogRows; l++) begin
-        for (int r = 0; r < Rows / 2; r++) begin
-          if (r < (Rows >> (l + 1))) begin
-            rd_t[r*32 +: 32]  = row_i[l] ? rd_t[(2*r+1)*32 +: 32] : rd_t[2*r*32 +: 32];
-            sum_t[r*32 +: 32] = sum_t[2*r*32 +: 32] + sum_t[(2*r+1)*32 +: 32];
+      grp_t = col;
+      for (int l = 0; l < LogSum; l++) begin
+        for (int g = 0; g < SumSteps / 2; g++) begin
+          if (g < (SumSteps >> (l + 1))) begin
+            grp_t[g*GrpW +: GrpW] = gsel[l] ? grp_t[(2*g+1)*GrpW +: GrpW]
+                                            : grp_t[2*g*GrpW +: GrpW];
           end
         end
       end
     end
-    assign row_o[j*32 +: 32]    = rd_t[31:0];
-    assign colsum_o[j*32 +: 32] = sum_t[31:0];
+    assign grp = grp_t[GrpW-1:0];
+    if (SumRows > 1) begin : g_grp
+      logic [GrpW-1:0] rd_t;
+      always_comb begin
+        rd_t  = grp;
+        add_t = grp;
+        for (int l = 0; l < LogSR; l++) begin
+          for (int r = 0; r < SumRows / 2; r++) begin
+            if (r < (SumRows >> (l + 1))) begin
+              rd_t[r*32 +: 32]  = row_i[l] ? rd_t[(2*r+1)*32 +: 32] : rd_t[2*r*32 +: 32];
+              add_t[r*32 +: 32] = add_t[2*r*32 +: 32] + add_t[(2*r+1)*32 +: 32];
+            end
+          end
+        end
+      end
+      assign rd = rd_t[31:0];
+    end else begin : g_one
+      assign rd    = grp;
+      assign add_t = grp;
+    end
+    always_ff @(posedge clk_i) begin
+      if (sum_act_q) colsum_q <= (sum_q == '0 ? 32'd0 : colsum_q) + add_t[31:0];
+    end
+    assign row_o[j*32 +: 32]    = rd;
+    assign colsum_o[j*32 +: 32] = colsum_q;
   end
+
+`ifndef SYNTHESIS
+  // Checkers sample the reset synchronously.
+  /* verilator lint_off SYNCASYNCNET */
+  always_ff @(posedge clk_i) begin
+    if (rst_ni && load_q) begin
+      assert (!sum_act_q) else $error("tsr_mac_array: the bank was loaded while it was summed");
+    end
+  end
+  /* verilator lint_on SYNCASYNCNET */
+`endif
 endmodule

@@ -7,7 +7,8 @@
  * with the memory model's profile as the model's timing. Results are
  * checked against a naive reference, so a wrong kernel cannot pass.
  *
- *   tsr_cycle_check --lib PATH [--stripe] [--bsr D[:BK]] [--tol PCT] [--lat N] [--bw N] LAUNCH...
+ *   tsr_cycle_check --lib PATH [--stripe] [--bsr D[:BK]] [--tol PCT] [--tol-total PCT]
+ *                   [--lat N] [--bw N] LAUNCH...
  *   tsr_cycle_check --model ROWSxCOLSpPORTS [--lat N] [--bw N] LAUNCH...
  *
  * LAUNCH is a ring: shapes MxNxK separated by commas, a shape may repeat
@@ -15,7 +16,8 @@
  * (W_NCH = ports). Presets: stories260k-decode, stories260k-prefill,
  * stories15m-decode, attn (score and value products of a head). --tol makes
  * the exit status 1 when any launch (or the total) is off by more than PCT
- * percent. The last line is "REPORT cycle model ... total rtl R model M
+ * percent; --tol-total when the total is (a bound on the whole run tighter
+ * than the one on each launch). The last line is "REPORT cycle model ... total rtl R model M
  * (E %)". --model runs the functional model alone (no RTL) for a geometry
  * the RTL was not built at, W striped over the ports, and prints the
  * cycles and, for a single-row launch (GEMV), the fraction of the ports'
@@ -269,7 +271,7 @@ static int model_only(const char *geom, uint32_t lat, uint32_t bw, const char **
 
 int main(int argc, char **argv) {
   const char *lib = NULL, *geom = NULL;
-  double tol = -1;
+  double tol = -1, tol_total = -1;
   int stripe = 0;
   uint32_t lat = 0, bw = 0;
   const char *launches[256];
@@ -278,6 +280,7 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     if (!strcmp(a, "--lib") && i + 1 < argc) lib = argv[++i];
     else if (!strcmp(a, "--tol") && i + 1 < argc) tol = atof(argv[++i]);
+    else if (!strcmp(a, "--tol-total") && i + 1 < argc) tol_total = atof(argv[++i]);
     else if (!strcmp(a, "--lat") && i + 1 < argc) lat = (uint32_t)atoi(argv[++i]);
     else if (!strcmp(a, "--bw") && i + 1 < argc) bw = (uint32_t)atoi(argv[++i]);
     else if (!strcmp(a, "--stripe")) stripe = 1;
@@ -314,7 +317,8 @@ int main(int argc, char **argv) {
         launches[n_launch++] = tok;
     } else {
       fprintf(stderr,
-              "usage: %s --lib PATH [--stripe] [--bsr D[:BK]] [--tol PCT] [--lat N] [--bw N] LAUNCH...\n",
+              "usage: %s --lib PATH [--stripe] [--bsr D[:BK]] [--tol PCT] [--tol-total PCT] "
+              "[--lat N] [--bw N] LAUNCH...\n",
               argv[0]);
       return 2;
     }
@@ -382,6 +386,10 @@ int main(int argc, char **argv) {
          sum_rtl, sum_model, et, worst);
   if (tol >= 0 && (worst > tol || fabs(et) > tol)) {
     printf("FAIL: the model is off by more than %.1f %%\n", tol);
+    fail = 1;
+  }
+  if (tol_total >= 0 && fabs(et) > tol_total) {
+    printf("FAIL: the model's total is off by more than %.1f %%\n", tol_total);
     fail = 1;
   }
   api.destroy(d.sim);
