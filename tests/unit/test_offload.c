@@ -255,96 +255,6 @@ static void test_odd_shapes_bit_exact(void) {
   free(dev);
 }
 
-/* The device path against an independent reference: every matmul group of
- * the odd model run by the executor on the functional model over 37 rows
- * (row tiles 16+16+5; the classifier's N = 4099 in two descriptors) gives
- * the int32 products of a naive loop, dequantized by the shared routine.
- * (The logits check above compares with the host, whose kernel the
- * functional model uses too, so it cannot catch an arithmetic error.) */
-static void test_groups_equal_naive(void) {
-  enum { R = 37 };
-  const int vocab = TSR_TILE_N_CHUNK + 3;
-  float *logits = calloc((size_t)vocab, sizeof(float));
-  rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, odd_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
-                         TSR_PRECISION_INT8));
-  if (!r.sess) {
-    rig_close(&r);
-    free(logits);
-    return;
-  }
-  run_tokens(r.sess, logits, vocab); /* weights quantized and resident */
-  tsr_session_stats_t st0;
-  tsr_session_get_stats(r.sess, &st0);
-  tsr_exec_t *e = tsr_session_exec(r.sess);
-  const tsr_plan_t *pl = tsr_exec_plan(e, R);
-  uint64_t seed = 99;
-  int groups = 0, classifier = 0;
-  long bad = 0;
-  for (int32_t i = 0; i < e->graph.n_nodes; i++) {
-    const tsr_node_t *lead = &e->graph.nodes[i];
-    if (lead->op != TSR_NODE_MATMUL || lead->group != i) continue;
-    const int cnt = lead->group_size;
-    const int32_t k = lead->k;
-    int32_t n_sum = 0;
-    bool on_dev = true;
-    for (int j = 0; j < cnt; j++) {
-      n_sum += e->graph.nodes[i + j].n;
-      on_dev = on_dev && pl->at[i + j].device == 0;
-    }
-    CU_ASSERT_TRUE(on_dev); /* --offload all */
-    if (!on_dev || cnt > 8) continue;
-    float *x = malloc(sizeof(float) * R * (size_t)k), *outs[8], *want = NULL;
-    for (size_t t = 0; t < (size_t)R * (size_t)k; t++)
-      x[t] = (float)((double)(tsr_test_splitmix64(&seed) >> 11) / 4503599627370496.0 - 1.0);
-    for (int j = 0; j < cnt; j++)
-      outs[j] = malloc(sizeof(float) * R * (size_t)e->graph.nodes[i + j].n);
-    tsr_offload_scratch_t sc = {malloc((size_t)R * (size_t)k), malloc(sizeof(float) * R),
-                                malloc(sizeof(int32_t) * R * (size_t)n_sum), NULL};
-    TSR_ASSERT_OK(tsr_exec_matmul_group(e, pl, i, R, x, outs, &sc));
-    /* the reference: the same activation quantization, a naive product */
-    int8_t *xq = malloc((size_t)R * (size_t)k);
-    float xs[R];
-    tsr_quantize_rows(xq, xs, x, R, k);
-    for (int j = 0; j < cnt; j++) {
-      const tsr_node_t *nd = &e->graph.nodes[i + j];
-      int32_t *c = malloc(sizeof(int32_t) * R * (size_t)nd->n);
-      want = realloc(want, sizeof(float) * R * (size_t)nd->n);
-      tsr_test_ref_gemm_i8(c, (size_t)nd->n, xq, (size_t)k, nd->w->q.data, (size_t)k, R, nd->n,
-                           k);
-      tsr_dequantize(want, (size_t)nd->n, c, (size_t)nd->n, xs, nd->w->q.scale, R, nd->n);
-      long b = 0;
-      for (size_t t = 0; t < (size_t)R * (size_t)nd->n; t++) b += want[t] != outs[j][t];
-      if (b)
-        fprintf(stderr, "group %d member %d (%s, layer %d, %d x %d x %d): %ld of %zu values "
-                "differ from the naive reference\n", i, j, tsr_mm_role_name(nd->role), nd->layer,
-                R, nd->n, k, b, (size_t)R * (size_t)nd->n);
-      bad += b;
-      classifier += nd->n > TSR_TILE_N_CHUNK;
-      free(c);
-    }
-    groups++;
-    for (int j = 0; j < cnt; j++) free(outs[j]);
-    free(x);
-    free(xq);
-    free(want);
-    free(sc.qa);
-    free(sc.qa_scale);
-    free(sc.acc);
-  }
-  tsr_session_stats_t st;
-  tsr_session_get_stats(r.sess, &st);
-  CU_ASSERT_EQUAL(st.fallbacks, 0);
-  CU_ASSERT_TRUE(st.device_tiles > st0.device_tiles + (uint64_t)groups); /* it ran there */
-  CU_ASSERT_TRUE(groups > 3);
-  CU_ASSERT_EQUAL(classifier, 1);
-  CU_ASSERT_EQUAL(bad, 0);
-  printf("REPORT offload: %d matmul groups on fmodel over %d rows equal the naive reference\n",
-         groups, (int)R);
-  rig_close(&r);
-  free(logits);
-}
-
 /* Runs matmul group `lead` of e over R rows of random input (seed) on the
  * device and counts the values that differ from the naive product of the
  * same quantized input. */
@@ -375,7 +285,13 @@ static long group_vs_naive(tsr_exec_t *e, int32_t lead, int32_t R, uint64_t seed
     float *want = malloc(sizeof(float) * (size_t)R * (size_t)nd->n);
     tsr_test_ref_gemm_i8(c, (size_t)nd->n, xq, (size_t)k, nd->w->q.data, (size_t)k, R, nd->n, k);
     tsr_dequantize(want, (size_t)nd->n, c, (size_t)nd->n, xs, nd->w->q.scale, R, nd->n);
-    for (size_t t = 0; t < (size_t)R * (size_t)nd->n; t++) bad += want[t] != outs[j][t];
+    long b = 0;
+    for (size_t t = 0; t < (size_t)R * (size_t)nd->n; t++) b += want[t] != outs[j][t];
+    if (b)
+      fprintf(stderr, "group %d member %d (%s, layer %d, %d x %d x %d): %ld of %zu values "
+              "differ from the naive reference\n", lead, j, tsr_mm_role_name(nd->role),
+              nd->layer, R, nd->n, k, b, (size_t)R * (size_t)nd->n);
+    bad += b;
     free(c);
     free(want);
     free(outs[j]);
@@ -389,6 +305,68 @@ static long group_vs_naive(tsr_exec_t *e, int32_t lead, int32_t R, uint64_t seed
   return bad;
 }
 
+/* Opens the odd model on fmodel with every matmul there and runs a few
+ * tokens (weights quantized and resident); false (and closed) without a
+ * session. */
+static bool odd_rig(rig_t *r, float *logits, int vocab) {
+  TSR_ASSERT_OK(rig_open(r, odd_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (!r->sess) {
+    rig_close(r);
+    return false;
+  }
+  run_tokens(r->sess, logits, vocab);
+  return true;
+}
+
+/* The device path against an independent reference: every matmul group of
+ * the odd model run by the executor on the functional model over 37 rows
+ * (row tiles 16+16+5; the classifier's N = 4099 in two descriptors) gives
+ * the int32 products of a naive loop, dequantized by the shared routine.
+ * (The logits check above compares with the host, whose kernel the
+ * functional model uses too, so it cannot catch an arithmetic error.) */
+static void test_groups_equal_naive(void) {
+  enum { R = 37 };
+  const int vocab = TSR_TILE_N_CHUNK + 3;
+  float *logits = calloc((size_t)vocab, sizeof(float));
+  rig_t r;
+  if (!odd_rig(&r, logits, vocab)) {
+    free(logits);
+    return;
+  }
+  tsr_session_stats_t st0;
+  tsr_session_get_stats(r.sess, &st0);
+  tsr_exec_t *e = tsr_session_exec(r.sess);
+  const tsr_plan_t *pl = tsr_exec_plan(e, R);
+  int groups = 0, classifier = 0;
+  long bad = 0;
+  for (int32_t i = 0; i < e->graph.n_nodes; i++) {
+    const tsr_node_t *lead = &e->graph.nodes[i];
+    if (lead->op != TSR_NODE_MATMUL || lead->group != i) continue;
+    const int cnt = lead->group_size;
+    bool on_dev = true;
+    for (int j = 0; j < cnt; j++) {
+      on_dev = on_dev && pl->at[i + j].device == 0;
+      classifier += e->graph.nodes[i + j].n > TSR_TILE_N_CHUNK;
+    }
+    CU_ASSERT_TRUE(on_dev); /* --offload all */
+    if (!on_dev || cnt > 8) continue;
+    bad += group_vs_naive(e, i, R, 99 + (uint64_t)i);
+    groups++;
+  }
+  tsr_session_stats_t st;
+  tsr_session_get_stats(r.sess, &st);
+  CU_ASSERT_EQUAL(st.fallbacks, 0);
+  CU_ASSERT_TRUE(st.device_tiles > st0.device_tiles + (uint64_t)groups); /* it ran there */
+  CU_ASSERT_TRUE(groups > 3);
+  CU_ASSERT_EQUAL(classifier, 1);
+  CU_ASSERT_EQUAL(bad, 0);
+  printf("REPORT offload: %d matmul groups on fmodel over %d rows equal the naive reference\n",
+         groups, (int)R);
+  rig_close(&r);
+  free(logits);
+}
+
 /* A matmul group's ring stays in device memory: the same group over the
  * same rows again finds it (no upload) and computes the new input right;
  * other rows or another group upload theirs; every result equals the
@@ -397,14 +375,10 @@ static void test_resident_rings(void) {
   const int vocab = TSR_TILE_N_CHUNK + 3;
   float *logits = calloc((size_t)vocab, sizeof(float));
   rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, odd_model, "fmodel", TSR_OFFLOAD_ALL, NULL, true, NULL,
-                         TSR_PRECISION_INT8));
-  if (!r.sess) {
-    rig_close(&r);
+  if (!odd_rig(&r, logits, vocab)) {
     free(logits);
     return;
   }
-  run_tokens(r.sess, logits, vocab);
   tsr_exec_t *e = tsr_session_exec(r.sess);
   tsr_exec_dev_t *d = &e->devs[0];
   CU_ASSERT_TRUE(d->rings.size > 0);
