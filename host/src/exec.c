@@ -21,6 +21,7 @@
 
 #include "devio.h"
 #include "offload.h"
+#include "project.h"
 #include "recover.h"
 #include "trace.h"
 
@@ -869,9 +870,17 @@ static tsr_status_t run_members(tsr_exec_t *o, const members_t *gr, const int *d
       resident = o->weight_on[weight_index(o, gr->m[j], devs[i])];
     if (!resident) continue; /* lost, or its weights never made it: host */
     for (int j = 0; j < gr->count; j++) {
-      o->roles[gr->m[j]->role].device_calls++;
-      o->roles[gr->m[j]->role].model_cycles += (double)tsr_km_gemm_cycles(
-          &d->timing, (uint32_t)s->rows, (uint32_t)gr->m[j]->n, (uint32_t)gr->k);
+      /* what the cost model predicts: a copy stored block-sparse priced by
+       * the walk over its tile density, as the partitioner prices it */
+      const tsr_node_t *mj = gr->m[j];
+      const tsr_tile_bsr_t *bsr = &o->weight_bsr[weight_index(o, mj, devs[i])];
+      o->roles[mj->role].device_calls++;
+      const uint32_t mm = (uint32_t)s->rows, mn = (uint32_t)mj->n, mk = (uint32_t)gr->k;
+      o->roles[mj->role].model_cycles +=
+          (double)(bsr->chunks ? tsr_proj_bsr_cycles(&d->timing, mm, mn, mk,
+                                                     tsr_exec_bsr_density(
+                                                         o, (int32_t)(mj - o->graph.nodes)))
+                               : tsr_km_gemm_cycles(&d->timing, mm, mn, mk));
     }
     pthread_mutex_lock(&d->cd->lock);
     s->locked = true;
