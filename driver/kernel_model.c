@@ -47,12 +47,13 @@ static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, u
  *     (memory latency + one beat) and checked in three cycles before its
  *     tiles start, and ends at a barrier when its last results are written;
  *   - the loader queues one step per (m block, n block, k chunk), issuing
- *     one read segment per operand row it must load; three buffer slots per
- *     operand let steps i+1 and i+2 load while step i computes, so a step takes the
- *     longest of: its compute (GEMM: one k per cycle; GEMV: rows k's per
- *     cycle), its loads at the memory bandwidth, the loader's issue time
- *     plus the memory latency and, for a tile's last step, the
- *     draining of the previous tile's output bank (about two cycles a row);
+ *     one read segment per operand row it must load; three buffer slots
+ *     per operand let steps i+1 and i+2 load while step i computes, so a
+ *     step takes the longest of: its compute (GEMM: one k per cycle; GEMV:
+ *     rows k's per cycle), its loads at the memory bandwidth, the loader's
+ *     issue time plus the memory latency and, for a tile's last step, the
+ *     draining of the previous tile's output bank (about two cycles a row,
+ *     after the column sums of a GEMV tile);
  *   - the first step waits for the memory latency, the last tile for the
  *     array pipeline and its write-back.
  * Excess over the compute time is counted as stall, as CYC_STALL does. */
