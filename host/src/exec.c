@@ -46,10 +46,10 @@ static inline void window_cover(uint64_t *lo, uint64_t *hi, const tsr_hal_buffer
 }
 
 /* A resident ring: its bytes at `off` in the arena (rings_host mirrors
- * them), found by `hash` and then compared byte for byte. */
+ * them). */
 #define TSR_RING_ENTRIES 1024
 typedef struct tsr_ring_entry {
-  uint64_t hash, off;
+  uint64_t off;
   uint32_t bytes;
 } tsr_ring_entry_t;
 
@@ -551,6 +551,7 @@ typedef struct launch {
   const char *what;
   bool resident; /* the ring may stay resident (a matmul group's) */
   /* state */
+  size_t ring_up; /* ring bytes the last submit copied (0: found resident) */
   uint64_t fence;
   tsr_hal_result_t res;
 } launch_t;
@@ -584,36 +585,28 @@ static void rings_forget(tsr_exec_dev_t *d) {
   d->rings_used = 0;
 }
 
-static uint64_t ring_hash(const uint8_t *p, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-static bool ring_entry_is(const tsr_exec_dev_t *d, uint32_t e, uint64_t h, size_t n) {
-  const tsr_ring_entry_t *r = &d->ring_ents[e];
-  return r->hash == h && r->bytes == n && !memcmp(d->rings_host + r->off, d->ring_host, n);
-}
-
 /* The device address of the ring packed in d->ring_host (n bytes): a
  * resident copy of the same bytes, or one uploaded now into the arena
- * (emptied when full), or the plain staging ring when it does not fit. The
- * arena's entries are looked for from the one after the last hit, since a
- * pass launches its groups in the same order every step. */
+ * (emptied when full), or the plain staging ring when it does not fit;
+ * *copied = the bytes copied. The arena's entries are compared from the one
+ * after the last hit, since a pass launches its groups in the same order
+ * every step: a hit is usually the first comparison. */
 static tsr_status_t ring_place(tsr_exec_t *o, tsr_exec_dev_t *d, size_t n, bool resident,
-                               uint64_t *addr) {
+                               uint64_t *addr, size_t *copied) {
+  *copied = n;
   if (!resident || !d->rings.size || n > d->rings_cap) {
     TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, 0, d->ring_host, n, true));
     *addr = d->ring.addr;
     return TSR_OK;
   }
-  const uint64_t h = ring_hash(d->ring_host, n);
   for (uint32_t i = 0; i < d->n_ring_ents; i++) {
     const uint32_t e = (d->ring_next + i) % d->n_ring_ents;
-    if (!ring_entry_is(d, e, h, n)) continue;
+    const tsr_ring_entry_t *r = &d->ring_ents[e];
+    if (r->bytes != n || memcmp(d->rings_host + r->off, d->ring_host, n)) continue;
     d->ring_next = e + 1;
     d->ring_hits++;
-    *addr = d->rings.addr + d->ring_ents[e].off;
+    *addr = d->rings.addr + r->off;
+    *copied = 0;
     return TSR_OK;
   }
   const uint64_t size = (n + TSR_HW_DESC_BYTES - 1) / TSR_HW_DESC_BYTES * TSR_HW_DESC_BYTES;
@@ -622,7 +615,7 @@ static tsr_status_t ring_place(tsr_exec_t *o, tsr_exec_dev_t *d, size_t n, bool 
   const uint64_t off = d->rings_used;
   TSR_RETURN_IF(tsr_dio_write(o, d, &d->rings, off, d->ring_host, n, true));
   memcpy(d->rings_host + off, d->ring_host, n);
-  d->ring_ents[d->n_ring_ents++] = (tsr_ring_entry_t){h, off, (uint32_t)n};
+  d->ring_ents[d->n_ring_ents++] = (tsr_ring_entry_t){off, (uint32_t)n};
   d->ring_next = d->n_ring_ents;
   d->rings_used += size;
   d->ring_uploads++;
@@ -635,8 +628,8 @@ static tsr_status_t launch_submit(tsr_exec_t *o, launch_t *l) {
   if (!d->rs.usable) return TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
   TSR_RETURN_IF(tsr_dio_write(o, d, &d->a, 0, l->a, l->a_bytes, true));
   uint64_t ring;
-  TSR_RETURN_IF(
-      ring_place(o, d, (size_t)l->n_desc * TSR_HW_DESC_BYTES, l->resident, &ring));
+  TSR_RETURN_IF(ring_place(o, d, (size_t)l->n_desc * TSR_HW_DESC_BYTES, l->resident, &ring,
+                           &l->ring_up));
   uint64_t lo, hi;
   launch_window(l, &lo, &hi);
   tsr_hal_command_t cmd = {.window_base = lo, .window_size = hi - lo, .ring = ring,
@@ -843,8 +836,7 @@ static void mm_account(tsr_exec_t *o, mm_share_t *sh, const tsr_offload_scratch_
     const double share = (double)n->n / macs_total;
     rs->cycles += (uint64_t)llround((double)cycles * share);
     rs->proj_s += (double)cycles * share / d->timing.clock_hz;
-    rs->bytes_up += (uint64_t)((double)(sh->lc.l.a_bytes +
-                                        (size_t)sh->lc.l.n_desc * TSR_HW_DESC_BYTES) * share);
+    rs->bytes_up += (uint64_t)((double)(sh->lc.l.a_bytes + sh->lc.l.ring_up) * share);
     rs->bytes_down += (uint64_t)sh->rows * (uint64_t)n->n * 4;
     rs->tiles += (uint64_t)(sh->lc.l.n_desc * share + 0.5);
   }
