@@ -48,6 +48,8 @@ static const key_spec_t keys[] = {
     KS("link_gbps", K_F64, true, 0.0001, 10000, 1e9, link_bytes_per_s),
     KS("link_latency_us", K_F64, true, 0, 1e6, 1e-6, link_latency_s),
     KS("launch_latency_us", K_F64, true, 0, 1e6, 1e-6, launch_latency_s),
+    KS("doorbell_us", K_F64, false, 0.001, 1e6, 1e-6, doorbell_latency_s),
+    KS("host_memory_latency_us", K_F64, false, 0.001, 1e6, 1e-6, host_mem_latency_s),
 };
 #define N_KEYS (sizeof keys / sizeof keys[0])
 
@@ -222,4 +224,7 @@ void tsr_board_apply_caps(const tsr_board_t *b, tsr_hal_caps_t *caps) {
   caps->link_bytes_per_s = b->link_bytes_per_s;
   caps->link_latency_s = b->link_latency_s;
   caps->launch_latency_s = b->launch_latency_s;
+  caps->doorbell_latency_s = b->doorbell_latency_s;
+  caps->host_mem_latency_s = b->host_mem_latency_s;
+  if (b->host_mem_latency_s > 0) caps->flags |= TSR_HAL_CAP_HOST_MEM;
 }

@@ -40,6 +40,9 @@ typedef struct tsr_board {
   double link_bytes_per_s;  /* host<->device bandwidth                      */
   double link_latency_s;    /* fixed cost per host<->device transfer        */
   double launch_latency_s;  /* fixed cost per kernel launch                 */
+  double doorbell_latency_s; /* queue mode: one doorbell (0: not driven so) */
+  double host_mem_latency_s; /* the kernel's latency to host memory over the
+                               link (0: no host memory access)             */
 } tsr_board_t;
 
 /* Parses a profile. `origin` names the text in messages ("u280.board").
@@ -66,7 +69,9 @@ static inline double tsr_board_bytes_per_cycle(const tsr_board_t *b) {
 
 /* Writes the board's figures into caps: board, array, clock, memory
  * channels (mem_ports) and per-channel bytes per cycle, link and launch
- * costs. mem_size is left to the backend (what it really allocates). */
+ * costs, the doorbell's cost, host memory access (TSR_HAL_CAP_HOST_MEM and
+ * its latency). mem_size is left to the backend (what it really allocates),
+ * and so is TSR_HAL_CAP_QUEUE (a backend that runs queue mode sets it). */
 void tsr_board_apply_caps(const tsr_board_t *b, tsr_hal_caps_t *caps);
 
 #endif /* TSR_BOARD_H */

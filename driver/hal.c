@@ -118,6 +118,10 @@ void tsr_hal_caps_pcie_defaults(tsr_hal_caps_t *caps) {
   caps->launch_latency_s = 70e-6;
 }
 
+void tsr_hal_caps_queue_defaults(tsr_hal_caps_t *caps) {
+  caps->doorbell_latency_s = 2e-6; /* a posted register write and one read (driver/README.md) */
+}
+
 uint64_t tsr_hal_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -55,12 +55,39 @@ typedef struct tsr_hal_caps {
                               data (0: unknown, the timing's default)      */
   char board[32];          /* board profile the figures come from
                               (driver/board.h), "" when the backend's own  */
+  double doorbell_latency_s; /* TSR_HAL_CAP_QUEUE: fixed cost of one more
+                              ring on a running queue (the doorbell write
+                              and the read that sees it done)               */
+  double host_mem_latency_s; /* TSR_HAL_CAP_HOST_MEM: the kernel's latency
+                              to a buffer in host memory over the link     */
 } tsr_hal_caps_t;
 
 /* caps.flags: the device runs the host flow but computes nothing (XRT's
  * noop shim). Its results must never be used: the partitioner gives it no
  * work and `tessera gemm` says its checksum is not a result. */
 #define TSR_HAL_CAP_NO_COMPUTE (1u << 0)
+/* caps.flags: the device runs queue mode (hw/regmap.def Q_CTRL, Q_TAIL): a
+ * launch submitted with TSR_HAL_CMD_QUEUE stays running over a ring of
+ * slots the host refills, driven by the vtable's doorbell() and
+ * progress(). One more ring then costs doorbell_latency_s, not a launch. */
+#define TSR_HAL_CAP_QUEUE (1u << 1)
+/* caps.flags: the host's staging copies (activations, descriptors, results)
+ * go to buffers in host memory that the kernel reaches over the link (XRT
+ * host_only buffers on a platform with host memory access): each costs
+ * host_mem_latency_s instead of a DMA transfer's link_latency_s. The
+ * backends that model such a card keep the buffers in their simulated
+ * device memory; only the cost differs. */
+#define TSR_HAL_CAP_HOST_MEM (1u << 2)
+
+/* The fixed cost of running one more ring on this device as the executor
+ * does (a doorbell in queue mode, else a launch), and of one of its staging
+ * copies (the kernel's access to host memory, else a DMA transfer). */
+static inline double tsr_hal_ring_latency_s(const tsr_hal_caps_t *c) {
+  return (c->flags & TSR_HAL_CAP_QUEUE) ? c->doorbell_latency_s : c->launch_latency_s;
+}
+static inline double tsr_hal_copy_latency_s(const tsr_hal_caps_t *c) {
+  return (c->flags & TSR_HAL_CAP_HOST_MEM) ? c->host_mem_latency_s : c->link_latency_s;
+}
 
 /* One kernel launch: run `n_desc` descriptors starting at device address
  * `ring`; every address must lie in [window_base, window_base+window_size). */
@@ -69,7 +96,14 @@ typedef struct tsr_hal_command {
   uint64_t window_size;
   uint64_t ring;
   uint32_t n_desc;
+  uint32_t flags; /* TSR_HAL_CMD_* */
 } tsr_hal_command_t;
+
+/* command.flags: queue mode (needs TSR_HAL_CAP_QUEUE; others refuse it with
+ * INVALID_ARGUMENT): `ring` holds n_desc slots, descriptor i runs from slot
+ * i % n_desc once doorbell() has published it; the launch ends when it is
+ * closed and every published descriptor ran, or at the first refusal. */
+#define TSR_HAL_CMD_QUEUE (1u << 0)
 
 /* What a finished command reports (registers after ap_done). */
 typedef struct tsr_hal_result {
@@ -132,6 +166,18 @@ struct tsr_hal_vtable {
   /* Aborts outstanding work and returns the device to idle. Buffers and
    * their contents survive a reset. */
   tsr_status_t (*reset)(tsr_hal_device_t *dev);
+  /* Optional (NULL where the backend has no queue mode; usable when the
+   * caps have TSR_HAL_CAP_QUEUE). For the queue-mode
+   * launch `fence`: publishes its descriptors up to `tail` (counted from 0
+   * since it began; at most n_desc past those done) and, with `close`, has
+   * it end once they ran. Returns before they run. */
+  tsr_status_t (*doorbell)(tsr_hal_device_t *dev, uint64_t fence, uint32_t tail, int close);
+  /* Waits until the queue-mode launch `fence` completed `done` descriptors,
+   * or ended (refused one, or closed: *out then is what wait() reports),
+   * or `timeout_ns` passed (DEADLINE_EXCEEDED). *out: its counters since it
+   * began (hw_status, err_index, desc_done, cycles, bytes, macs). */
+  tsr_status_t (*progress)(tsr_hal_device_t *dev, uint64_t fence, uint32_t done,
+                           uint64_t timeout_ns, tsr_hal_result_t *out);
   /* Optional (NULL when the backend has none): prints the backend's own
    * counters (e.g. a link's frames and retries) to `f` as lines indented by
    * two spaces. Called by the runtime's --stats report, also for a device

@@ -26,6 +26,8 @@ extern const tsr_hal_vtable_t tsr_hal_fmodel_vtable;
  * ~12 GB/s, 19-32 us per buffer sync, 45-100 us per launch. For the xrt
  * backend and for the models that stand for such a board (fmodel, sim). */
 void tsr_hal_caps_pcie_defaults(tsr_hal_caps_t *caps);
+/* The doorbell cost of a queue-mode device without a board profile. */
+void tsr_hal_caps_queue_defaults(tsr_hal_caps_t *caps);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t tsr_hal_now_ns(void);

@@ -143,6 +143,15 @@ tsr_status_t tsr_queue_submit(tsr_queue_t *q, const tsr_hal_command_t *cmd,
                               uint64_t *out_fence) {
   *out_fence = 0;
   if (!cmd) return TSR_ERR(INVALID_ARGUMENT, "%s: submit: NULL command", q->cfg.name);
+  if (cmd->flags & ~(uint32_t)TSR_HAL_CMD_QUEUE)
+    return TSR_ERR(INVALID_ARGUMENT, "%s: submit: unknown command flags 0x%x", q->cfg.name,
+                   cmd->flags);
+  if ((cmd->flags & TSR_HAL_CMD_QUEUE) && !q->cfg.queue_mode)
+    return TSR_ERR(INVALID_ARGUMENT, "%s: submit: this device does not run queue mode",
+                   q->cfg.name);
+  if ((cmd->flags & TSR_HAL_CMD_QUEUE) && !cmd->n_desc)
+    return TSR_ERR(INVALID_ARGUMENT, "%s: submit: a queue-mode launch needs at least one slot",
+                   q->cfg.name);
   pthread_mutex_lock(&q->mu);
   compact(q);
   if (q->n == q->cap) {
@@ -191,8 +200,10 @@ static tsr_status_t outcome(const tsr_queue_t *q, const tsr_queue_cmd_t *c, uint
   return TSR_ERR(DEVICE, "%s: command %" PRIu64 " was aborted by a reset", q->cfg.name, fence);
 }
 
-tsr_status_t tsr_queue_wait(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
-                            tsr_hal_result_t *out) {
+/* wait() and progress(): until `fence` ends, or (done_target below 2^32)
+ * has done that many descriptors. */
+static tsr_status_t wait_for(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
+                             tsr_hal_result_t *out, uint64_t done_target) {
   if (out) memset(out, 0, sizeof *out);
   const tsr_queue_ops_t *ops = q->cfg.ops;
   const bool polling = ops && ops->poll;
@@ -222,6 +233,10 @@ tsr_status_t tsr_queue_wait(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
       s = outcome(q, c, fence, out);
       break;
     }
+    if (c->live.desc_done >= done_target) {
+      if (out) *out = c->live;
+      break;
+    }
     uint64_t now = tsr_hal_now_ns();
     bool expired = now >= deadline;
     if (polling && (!expired || !polled)) {
@@ -239,7 +254,7 @@ tsr_status_t tsr_queue_wait(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
         continue;
       }
       c = tsr_queue_cmd(q, fence);
-      if (!c || finished(c->state)) continue;
+      if (!c || finished(c->state) || c->live.desc_done >= done_target) continue;
       now = tsr_hal_now_ns();
       if (now < deadline) {
         uint64_t left = deadline - now;
@@ -293,9 +308,96 @@ tsr_status_t tsr_queue_reset(tsr_queue_t *q) {
   return s;
 }
 
+tsr_status_t tsr_queue_wait(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
+                            tsr_hal_result_t *out) {
+  return wait_for(q, fence, timeout_ns, out, UINT64_MAX);
+}
+
+tsr_status_t tsr_queue_progress(tsr_queue_t *q, uint64_t fence, uint32_t done,
+                                uint64_t timeout_ns, tsr_hal_result_t *out) {
+  return wait_for(q, fence, timeout_ns, out, done);
+}
+
+/* ---- queue mode ------------------------------------------------------------ */
+
+tsr_status_t tsr_queue_doorbell(tsr_queue_t *q, uint64_t fence, uint32_t tail, int close) {
+  pthread_mutex_lock(&q->mu);
+  tsr_queue_cmd_t *c = tsr_queue_cmd(q, fence);
+  tsr_status_t s = TSR_OK;
+  if (!c || !(c->cmd.flags & TSR_HAL_CMD_QUEUE)) {
+    s = TSR_ERR(INVALID_ARGUMENT, "%s: doorbell: fence %" PRIu64 " is not a running "
+                "queue-mode launch", q->cfg.name, fence);
+  } else if (finished(c->state)) {
+    if (c->state == TSR_QUEUE_DONE && c->res.hw_status)
+      s = TSR_ERR(DEVICE, "%s: doorbell: the queue ended at descriptor %u (status %u)",
+                  q->cfg.name, c->res.err_index, c->res.hw_status);
+    else if (c->state == TSR_QUEUE_DONE)
+      s = TSR_ERR(INVALID_ARGUMENT, "%s: doorbell: the queue (command %" PRIu64
+                  ") was closed", q->cfg.name, fence);
+    else
+      s = outcome(q, c, fence, NULL);
+  } else if (c->q_close) {
+    s = TSR_ERR(INVALID_ARGUMENT, "%s: doorbell: the queue (command %" PRIu64
+                ") is closing", q->cfg.name, fence);
+  } else if ((uint32_t)(tail - c->q_tail) > UINT32_MAX / 2) {
+    s = TSR_ERR(INVALID_ARGUMENT, "%s: doorbell: tail %u is behind the published %u",
+                q->cfg.name, tail, c->q_tail);
+  } else if ((uint32_t)(tail - c->live.desc_done) > c->cmd.n_desc) {
+    s = TSR_ERR(INVALID_ARGUMENT, "%s: doorbell: tail %u is more than the ring's %u slots "
+                "past the %u descriptors done", q->cfg.name, tail, c->cmd.n_desc,
+                c->live.desc_done);
+  } else {
+    c->q_tail = tail;
+    c->q_close = close != 0;
+    if (q->cfg.ops && q->cfg.ops->doorbell) s = q->cfg.ops->doorbell(q->cfg.impl, q, fence, c);
+    pthread_cond_broadcast(&q->cv_work);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return s;
+}
+
+void tsr_queue_set_live(tsr_queue_t *q, uint64_t fence, const tsr_hal_result_t *live) {
+  tsr_queue_cmd_t *c = tsr_queue_cmd(q, fence);
+  if (!c || finished(c->state)) return;
+  c->live = *live;
+  pthread_cond_broadcast(&q->cv_done);
+}
+
+bool tsr_queue_worker_park(tsr_queue_t *q, uint64_t fence, const tsr_hal_result_t *live,
+                           uint32_t *tail, int *close, uint64_t *aux1) {
+  pthread_mutex_lock(&q->mu);
+  tsr_queue_cmd_t *c = tsr_queue_cmd(q, fence);
+  if (c && c->state == TSR_QUEUE_EXECUTING) {
+    c->state = TSR_QUEUE_STARTED;
+    c->live = *live;
+  }
+  if (q->executing) q->executing--;
+  pthread_cond_broadcast(&q->cv_done);
+  for (;;) {
+    c = tsr_queue_cmd(q, fence);
+    if (q->stop || !c || c->state != TSR_QUEUE_STARTED) {
+      pthread_mutex_unlock(&q->mu);
+      return false;
+    }
+    if (c->q_tail != c->live.desc_done || c->q_close) break;
+    pthread_cond_wait(&q->cv_work, &q->mu);
+  }
+  c->state = TSR_QUEUE_EXECUTING;
+  q->executing++;
+  *tail = c->q_tail;
+  *close = c->q_close;
+  *aux1 = c->aux[1];
+  pthread_mutex_unlock(&q->mu);
+  return true;
+}
+
 /* ---- worker backends ------------------------------------------------------ */
 
+/* A command is due unless the queue is stalled or a queue-mode command
+ * before it still runs (commands run in fence order). */
 static bool work_due(tsr_queue_t *q) {
+  for (uint64_t i = q->head; i < q->next && i < q->n; i++)
+    if ((q->cmds[i].cmd.flags & TSR_HAL_CMD_QUEUE) && !finished(q->cmds[i].state)) return false;
   while (q->next < q->n && q->cmds[q->next].state != TSR_QUEUE_QUEUED) q->next++;
   return !q->stalled && q->next < q->n;
 }

@@ -67,6 +67,12 @@ typedef struct tsr_queue_cmd {
   void *priv;      /* backend-private object, released by ops->release     */
   tsr_status_code_t err_code; /* FAILED: the error wait() returns          */
   char err_msg[240];
+  /* queue mode (cmd.flags & TSR_HAL_CMD_QUEUE): what the host published and
+   * whether it closed (tsr_queue_doorbell), and the counters so far as the
+   * backend last saw them (tsr_queue_set_live; progress() returns them) */
+  uint32_t q_tail;
+  bool q_close;
+  tsr_hal_result_t live;
 } tsr_queue_cmd_t;
 
 typedef struct tsr_queue tsr_queue_t;
@@ -93,6 +99,11 @@ typedef struct tsr_queue_ops {
   /* Appends detail to a DEADLINE_EXCEEDED message for command `fence`
    * (e.g. " (the device hung; reset it)"). */
   void (*pending_note)(void *impl, tsr_queue_t *q, uint64_t fence, char *buf, size_t cap);
+  /* Queue mode: the host raised c->q_tail or set c->q_close of the running
+   * queue-mode command `fence` (tsr_queue_doorbell checked both). A polling
+   * backend passes it to the device here; a worker backend leaves it NULL
+   * (its worker sees it in tsr_queue_worker_park). */
+  tsr_status_t (*doorbell)(void *impl, tsr_queue_t *q, uint64_t fence, tsr_queue_cmd_t *c);
 } tsr_queue_ops_t;
 
 typedef struct tsr_queue_config {
@@ -101,6 +112,8 @@ typedef struct tsr_queue_config {
   void *impl;                 /* passed to every hook                        */
   uint64_t poll_first_ns;     /* first pause between idle polls (0: 20 us)  */
   uint64_t poll_max_ns;       /* longest pause (0: 1 ms)                    */
+  bool queue_mode;            /* the backend runs TSR_HAL_CMD_QUEUE commands;
+                                 submit() refuses them otherwise            */
 } tsr_queue_config_t;
 
 struct tsr_queue {
@@ -135,6 +148,17 @@ tsr_status_t tsr_queue_submit(tsr_queue_t *q, const tsr_hal_command_t *cmd,
 tsr_status_t tsr_queue_wait(tsr_queue_t *q, uint64_t fence, uint64_t timeout_ns,
                             tsr_hal_result_t *out);
 tsr_status_t tsr_queue_reset(tsr_queue_t *q);
+
+/* Queue mode, for the backend's doorbell() and progress(): checks and
+ * records the new tail (never back, at most n_desc past the descriptors
+ * done) and close of queue-mode command `fence`, then calls ops->doorbell
+ * or wakes the worker. An ended queue is a DEVICE error naming why. */
+tsr_status_t tsr_queue_doorbell(tsr_queue_t *q, uint64_t fence, uint32_t tail, int close);
+/* Waits like tsr_queue_wait() until command `fence` has ended (*out: what
+ * wait() reports) or, still running, has done `done` descriptors (*out:
+ * its live counters). */
+tsr_status_t tsr_queue_progress(tsr_queue_t *q, uint64_t fence, uint32_t done,
+                                uint64_t timeout_ns, tsr_hal_result_t *out);
 
 /* The device lock, for backend calls outside the hooks that touch a
  * single-threaded device. Not recursive: never call a tsr_queue_* function
@@ -173,6 +197,18 @@ void tsr_queue_worker_done(tsr_queue_t *q, uint64_t fence, const tsr_hal_result_
 /* The worker will never finish command `fence`: it stays STARTED, and no
  * later command is handed out until a reset. */
 void tsr_queue_worker_hang(tsr_queue_t *q, uint64_t fence);
+/* Queue mode: the worker caught up with the published descriptors of
+ * command `fence` (live: its counters so far, for progress()). It waits,
+ * not counted as executing (a reset need not wait for it), until the host
+ * publishes more or closes, then returns true with the tail, the close flag
+ * and the command's aux[1]; false when the command was aborted or the queue
+ * stopped (the worker then drops it). */
+bool tsr_queue_worker_park(tsr_queue_t *q, uint64_t fence, const tsr_hal_result_t *live,
+                           uint32_t *tail, int *close, uint64_t *aux1);
+/* With the lock held: the live counters of a running queue-mode command;
+ * wakes progress() waiters. */
+void tsr_queue_set_live(tsr_queue_t *q, uint64_t fence, const tsr_hal_result_t *live);
+
 /* Wakes the worker for good: tsr_queue_worker_next returns false. */
 void tsr_queue_stop(tsr_queue_t *q);
 

@@ -25,10 +25,15 @@
  *                  and launch costs; the options above still override it
  *   threads=N      host threads executing GEMMs (default 1: the worker
  *                  alone; 0 = one per online CPU)
- *   fail=N         command N (the N-th submit, counting from 1) completes
- *                  with hw_status AXI_ERROR, having done nothing
- *   hang=N         command N never completes: wait() times out, later
- *                  commands queue behind it, reset() recovers
+ *   queue=0|1      queue mode (hw/regmap.def Q_CTRL): TSR_HAL_CMD_QUEUE
+ *                  launches, doorbell() and progress() (default: the
+ *                  board's `doorbell_us`, else off)
+ *   fail=N         submission N (counting launches and, in queue mode,
+ *                  doorbells from 1) completes with hw_status AXI_ERROR,
+ *                  having done nothing (a doorbell: its queue ends so)
+ *   hang=N         submission N never completes: wait() (progress())
+ *                  times out, later commands queue behind it, reset()
+ *                  recovers
  *   lost           open succeeds, then every call fails with UNAVAILABLE
  *                  (a device that fell off the bus)
  *   fail_rate=P    each command fails like fail=N with probability P,
@@ -65,6 +70,9 @@ typedef struct fm_device {
   double fail_rate;          /* probability that a command fails        */
   uint64_t fail_seed;
   bool lost;              /* set at open only                           */
+  bool queue;             /* queue mode offered (option queue=, board)  */
+  uint64_t subs;          /* submissions so far (launches, doorbells),
+                             under the queue's lock: fail=/hang= count them */
 
   tsr_queue_t q;          /* fences, completions, the lock (queue.h)    */
   pthread_t worker;
@@ -89,6 +97,100 @@ static bool random_fail(const fm_device_t *dev, uint64_t fence) {
   return (double)(z >> 11) * 0x1.0p-53 < dev->fail_rate;
 }
 
+/* What fault injection makes of submission n (aux[1] of a command, and of
+ * a queue's latest doorbell). */
+#define FM_FAULT_FAIL 1u
+#define FM_FAULT_HANG 2u
+static uint64_t fault_of(fm_device_t *dev) {
+  const uint64_t n = ++dev->subs;
+  if (dev->hang_at == n) return FM_FAULT_HANG;
+  if (dev->fail_at == n || random_fail(dev, n)) return FM_FAULT_FAIL;
+  return 0;
+}
+
+/* Queue hook: a submission; its fault decided now, in submission order. */
+static tsr_status_t fm_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_queue_cmd_t *c) {
+  (void)q;
+  (void)fence;
+  c->aux[1] = fault_of(impl);
+  return TSR_OK;
+}
+
+/* Queue hook: a doorbell; its batch's fault decided now (aux[1]). */
+static tsr_status_t fm_doorbell_hook(void *impl, tsr_queue_t *q, uint64_t fence,
+                                     tsr_queue_cmd_t *c) {
+  (void)q;
+  (void)fence;
+  if (!c->q_close || c->q_tail != c->live.desc_done) c->aux[1] |= fault_of(impl);
+  return TSR_OK;
+}
+
+static uint64_t cmd_fault(fm_device_t *dev, uint64_t fence) {
+  tsr_queue_lock(&dev->q);
+  const tsr_queue_cmd_t *c = tsr_queue_cmd(&dev->q, fence);
+  const uint64_t f = c ? c->aux[1] : 0;
+  tsr_queue_unlock(&dev->q);
+  return f;
+}
+
+static void add_result(tsr_hal_result_t *acc, const tsr_hal_result_t *r) {
+  acc->desc_done += r->desc_done;
+  acc->cycles += r->cycles;
+  acc->stall_cycles += r->stall_cycles;
+  acc->bytes_rd += r->bytes_rd;
+  acc->bytes_wr += r->bytes_wr;
+  acc->macs += r->macs;
+}
+
+/* A queue-mode launch: runs the descriptors the host publishes, slot
+ * i % n_desc for descriptor i, until it is closed or one is refused. The
+ * cycles are the model's for each doorbell's descriptors as one ring, less
+ * the launch's fixed cycles (the queue was started once). */
+static void run_queue(fm_device_t *dev, uint64_t fence, const tsr_hal_command_t *cmd) {
+  tsr_hal_result_t acc;
+  memset(&acc, 0, sizeof acc);
+  const uint64_t fixed = tsr_km_launch_cycles(&dev->timing);
+  uint32_t tail = 0;
+  int close = 0;
+  uint64_t fault = 0;
+  if (cmd_fault(dev, fence) == FM_FAULT_HANG) { /* the launch itself never starts */
+    tsr_queue_worker_hang(&dev->q, fence);
+    return;
+  }
+  while (tsr_queue_worker_park(&dev->q, fence, &acc, &tail, &close, &fault)) {
+    if (acc.desc_done == tail && close) break;
+    if (fault == FM_FAULT_HANG) {
+      tsr_queue_worker_hang(&dev->q, fence);
+      return;
+    }
+    if (fault == FM_FAULT_FAIL) {
+      acc.hw_status = TSR_HWERR_AXI_ERROR;
+      acc.err_index = acc.desc_done;
+      break;
+    }
+    while (acc.desc_done != tail) {
+      const uint32_t slot = acc.desc_done % cmd->n_desc;
+      uint32_t run = tail - acc.desc_done;
+      if (run > cmd->n_desc - slot) run = cmd->n_desc - slot;
+      tsr_hal_command_t part = *cmd;
+      part.flags = 0;
+      part.ring = cmd->ring + (uint64_t)slot * TSR_HW_DESC_BYTES;
+      part.n_desc = run;
+      tsr_hal_result_t r;
+      tsr_km_execute(&dev->timing, &dev->mem, &part, dev->pool, &r);
+      r.cycles = r.cycles > fixed ? r.cycles - fixed : 0;
+      if (r.hw_status) {
+        acc.hw_status = r.hw_status;
+        acc.err_index = acc.desc_done + r.err_index;
+      }
+      add_result(&acc, &r);
+      if (r.hw_status) break;
+    }
+    if (acc.hw_status) break;
+  }
+  tsr_queue_worker_done(&dev->q, fence, &acc);
+}
+
 /* The worker: executes launches in fence order, like a kernel draining its
  * command queue. The model runs without the queue's lock. */
 static void *worker_main(void *arg) {
@@ -96,12 +198,17 @@ static void *worker_main(void *arg) {
   uint64_t fence = 0;
   tsr_hal_command_t cmd;
   while (tsr_queue_worker_next(&dev->q, &fence, &cmd)) {
-    if (dev->hang_at == fence) { /* stays hung until reset() */
+    if (cmd.flags & TSR_HAL_CMD_QUEUE) {
+      run_queue(dev, fence, &cmd);
+      continue;
+    }
+    const uint64_t fault = cmd_fault(dev, fence);
+    if (fault == FM_FAULT_HANG) { /* stays hung until reset() */
       tsr_queue_worker_hang(&dev->q, fence);
       continue;
     }
     tsr_hal_result_t res;
-    if (dev->fail_at == fence || random_fail(dev, fence)) {
+    if (fault == FM_FAULT_FAIL) {
       memset(&res, 0, sizeof res);
       res.hw_status = TSR_HWERR_AXI_ERROR;
       res.cycles = tsr_km_launch_cycles(&dev->timing);
@@ -119,7 +226,8 @@ static void hang_note(void *impl, tsr_queue_t *q, uint64_t fence, char *buf, siz
     snprintf(buf, cap, " (the device hung; reset it)");
 }
 
-static const tsr_queue_ops_t fm_queue_ops = {.pending_note = hang_note};
+static const tsr_queue_ops_t fm_queue_ops = {
+    .start = fm_start, .pending_note = hang_note, .doorbell = fm_doorbell_hook};
 
 static void fm_close(tsr_hal_device_t *d) {
   fm_device_t *dev = as_fm(d);
@@ -137,7 +245,7 @@ static void fm_close(tsr_hal_device_t *d) {
 
 /* What the option string sets (defaults in fm_open). */
 typedef struct fm_opts {
-  uint64_t mem, base, rows, cols, latency, threads, fail, hang, seed, ports;
+  uint64_t mem, base, rows, cols, latency, threads, fail, hang, seed, ports, queue;
   double clock_mhz, bw, fail_rate;
   bool lost;
   char board[256];
@@ -160,6 +268,8 @@ static const tsr_opt_spec_t fm_options[] = {
                     "read ports, each on its own memory channel of bw= (default 1)"),
     TSR_OPT_ROW_STR(fm_opts_t, board, "board", TSR_OPT_NONEMPTY,
                     "board profile: built-in name or .board file (sets the defaults)"),
+    TSR_OPT_ROW_U64(fm_opts_t, queue, "queue", 0, 1,
+                    "queue mode: 1 on, 0 off (default: on where the board has doorbell_us)"),
     TSR_OPT_ROW_U64(fm_opts_t, threads, "threads", 0, 1024,
                     "host threads executing GEMMs (default 1; 0 = one per online CPU)"),
     TSR_OPT_ROW_U64(fm_opts_t, fail, "fail", 1, UINT64_MAX,
@@ -189,8 +299,9 @@ static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
     dev->timing.mem_bytes_per_cycle = tsr_board_bytes_per_cycle(bd);
     dev->timing.mem_latency = bd->mem_latency;
     dev->timing.ports = bd->ports;
+    dev->queue = bd->doorbell_latency_s > 0;
   }
-  fm_opts_t o = {.ports = dev->timing.ports ? dev->timing.ports : 1,.mem = dev->mem.size, .base = dev->mem.base, .rows = dev->timing.rows,
+  fm_opts_t o = {.queue = dev->queue,.ports = dev->timing.ports ? dev->timing.ports : 1,.mem = dev->mem.size, .base = dev->mem.base, .rows = dev->timing.rows,
                  .cols = dev->timing.cols, .latency = dev->timing.mem_latency,
                  .threads = (uint64_t)dev->threads, .clock_mhz = dev->timing.clock_hz / 1e6,
                  .bw = dev->timing.mem_bytes_per_cycle, .seed = 1};
@@ -207,6 +318,7 @@ static tsr_status_t parse_options(fm_device_t *dev, const char *options) {
   dev->timing.mem_latency = (uint32_t)o.latency;
   dev->timing.ports = (uint32_t)o.ports;
   dev->threads = (int)o.threads;
+  dev->queue = o.queue != 0;
   dev->fail_at = o.fail;
   dev->hang_at = o.hang;
   dev->lost = o.lost;
@@ -244,7 +356,8 @@ static tsr_status_t fm_open(const tsr_hal_open_params_t *params, tsr_hal_device_
                    " bytes of device memory on the host", dev->mem.size);
   }
   s = tsr_devmem_create(dev->mem.base, dev->mem.size, &dev->dm);
-  tsr_queue_config_t qc = {.name = FM_NAME, .ops = &fm_queue_ops, .impl = dev};
+  tsr_queue_config_t qc = {.name = FM_NAME, .ops = &fm_queue_ops, .impl = dev,
+                           .queue_mode = dev->queue};
   if (!s) s = tsr_queue_init(&dev->q, &qc);
   if (s) {
     fm_close(&dev->base);
@@ -278,6 +391,10 @@ static void fm_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->mem_ports = dev->timing.ports;
   out->mem_latency = dev->timing.mem_latency;
   out->ops = dev->timing.ops ? dev->timing.ops : TSR_KM_OPS_ALL;
+  if (dev->queue) {
+    out->flags |= TSR_HAL_CAP_QUEUE;
+    if (!out->doorbell_latency_s) tsr_hal_caps_queue_defaults(out);
+  }
 }
 
 static tsr_status_t fm_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
@@ -335,6 +452,20 @@ static tsr_status_t fm_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeou
   return tsr_queue_wait(&dev->q, fence, timeout_ns, out);
 }
 
+static tsr_status_t fm_doorbell(tsr_hal_device_t *d, uint64_t fence, uint32_t tail, int close) {
+  fm_device_t *dev = as_fm(d);
+  if (dev->lost) return lost_status();
+  return tsr_queue_doorbell(&dev->q, fence, tail, close);
+}
+
+static tsr_status_t fm_progress(tsr_hal_device_t *d, uint64_t fence, uint32_t done,
+                                uint64_t timeout_ns, tsr_hal_result_t *out) {
+  fm_device_t *dev = as_fm(d);
+  if (out) memset(out, 0, sizeof *out);
+  if (dev->lost) return lost_status();
+  return tsr_queue_progress(&dev->q, fence, done, timeout_ns, out);
+}
+
 static tsr_status_t fm_reset(tsr_hal_device_t *d) {
   fm_device_t *dev = as_fm(d);
   if (dev->lost) return lost_status();
@@ -353,6 +484,8 @@ const tsr_hal_vtable_t tsr_hal_fmodel_vtable = {
     .submit = fm_submit,
     .wait = fm_wait,
     .reset = fm_reset,
+    .doorbell = fm_doorbell,
+    .progress = fm_progress,
     .options = fm_options,
     .n_options = FM_N_OPTIONS,
 };

@@ -85,8 +85,14 @@
                                  "sim: " __VA_ARGS__);                        \
   } while (0)
 
-/* A started command keeps the simulator cycle of its ap_start in aux[0]. */
+/* A started command keeps the simulator cycle of its ap_start in aux[0],
+ * and what fault injection makes of it in aux[1] (SIM_FAULT_*). */
 #define START_CYCLE aux[0]
+#define FAULT aux[1]
+#define SIM_FAULT_FAIL 1u
+#define SIM_FAULT_HANG 2u
+/* Cycles a poll runs a queue-mode launch between looks at DESC_DONE. */
+#define SIM_QUEUE_SLICE 4096u
 
 typedef struct sim_device {
   tsr_hal_device_t base; /* must be first */
@@ -102,6 +108,10 @@ typedef struct sim_device {
   tsr_queue_t q;   /* fences, completions, and the lock of the model */
   uint64_t chunk;  /* cycles the next poll runs (grows per launch)   */
   uint64_t fail_at, hang_at, lost_at; /* fault injection, 0 = never */
+  uint64_t subs;   /* submissions (launches, doorbells) so far, under the lock */
+  bool queue_hw;   /* the RTL runs queue mode (HW_FEAT, interface version 4) */
+  int queue_opt;   /* option queue=: -1 absent, else 0 or 1               */
+  bool queue;      /* queue mode offered to the host                     */
   atomic_bool lost;
   tsr_board_t board; /* option board=; board.name[0] == 0 when none */
 } sim_device_t;
@@ -180,7 +190,7 @@ static tsr_status_t load_api(sim_device_t *dev) {
  * and sim_open. */
 typedef struct sim_opts {
   uint64_t latency, bw, outstanding, mem, base, max_cycles, wave_start, wave_end, wave_depth;
-  uint64_t fail, hang, lost_at;
+  uint64_t fail, hang, lost_at, queue;
   double clock_mhz;
   char waves[512], coverage[512], board[256];
 } sim_opts_t;
@@ -209,10 +219,13 @@ static const tsr_opt_spec_t sim_options[] = {
                     "hierarchy depth to trace (0 = all)"),
     TSR_OPT_ROW_STR(sim_opts_t, coverage, "coverage", TSR_OPT_NONEMPTY,
                     "coverage data written at close (coverage build)"),
+    TSR_OPT_ROW_U64(sim_opts_t, queue, "queue", 0, 1,
+                    "queue mode: 1 on, 0 off (default: on where the board has doorbell_us)"),
     TSR_OPT_ROW_U64(sim_opts_t, fail, "fail", 1, UINT64_MAX,
-                    "fault: launch N gets a ring outside its window (the RTL refuses it)"),
+                    "fault: submission N (launch, or doorbell in queue mode) is refused by the "
+                    "RTL (a ring outside its window; a tail past the ring)"),
     TSR_OPT_ROW_U64(sim_opts_t, hang, "hang", 1, UINT64_MAX,
-                    "fault: launch N is programmed but ap_start is never raised"),
+                    "fault: submission N never reaches the RTL (ap_start or Q_TAIL not written)"),
     TSR_OPT_ROW_U64(sim_opts_t, lost_at, "lost_at", 1, UINT64_MAX,
                     "fault: from launch N on every call fails UNAVAILABLE"),
     TSR_OPT_ROW_STR(sim_opts_t, board, "board", TSR_OPT_NONEMPTY,
@@ -237,8 +250,9 @@ static tsr_status_t parse_options(sim_device_t *dev, const char *options) {
                   .base = c->mem_base, .max_cycles = dev->max_cycles,
                   .wave_start = c->wave_start, .wave_end = c->wave_end,
                   .wave_depth = (uint64_t)(c->wave_depth > 0 ? c->wave_depth : 0),
-                  .clock_mhz = dev->clock_hz / 1e6};
+                  .clock_mhz = dev->clock_hz / 1e6, .queue = 2};
   TSR_RETURN_IF(tsr_opts_parse(SIM_NAME, sim_options, SIM_N_OPTIONS, options, &o));
+  dev->queue_opt = o.queue == 2 ? -1 : (int)o.queue;
   if (o.base % 4096)
     return TSR_ERR(INVALID_ARGUMENT, "sim: option base=0x%" PRIx64
                    " must be 4096-byte aligned", o.base);
@@ -316,10 +330,24 @@ static tsr_status_t sim_open(const tsr_hal_open_params_t *params, tsr_hal_device
         dev->api.reg_read(dev->sim, TSR_STAT_HW_OPS, &ops) != 0)
       info = 0;
     dev->ops = tsr_hw_ops(info, ops);
-    s = tsr_devmem_create(dev->cfg.mem_base, dev->cfg.mem_size, &dev->dm);
+    uint32_t feat = 0;
+    dev->queue_hw = (info >> 16 & 0xff) >= 4 &&
+                    dev->api.reg_read(dev->sim, TSR_STAT_HW_FEAT, &feat) == 0 &&
+                    (feat & TSR_HW_FEAT_QUEUE);
+    dev->queue = dev->queue_opt >= 0 ? dev->queue_opt == 1
+                                     : dev->board.doorbell_latency_s > 0;
+    if (dev->queue && !dev->queue_hw) {
+      if (dev->queue_opt == 1)
+        s = TSR_ERR(UNAVAILABLE, "sim: option queue=1: %s has no queue mode (HW_INFO "
+                    "interface version %u, HW_FEAT 0x%x; rebuild it)", dev->lib_path,
+                    info >> 16 & 0xff, feat);
+      dev->queue = false;
+    }
+    if (!s) s = tsr_devmem_create(dev->cfg.mem_base, dev->cfg.mem_size, &dev->dm);
   }
   if (!s) s = enable_irq(dev);
-  tsr_queue_config_t qc = {.name = SIM_NAME, .ops = &sim_queue_ops, .impl = dev};
+  tsr_queue_config_t qc = {.name = SIM_NAME, .ops = &sim_queue_ops, .impl = dev,
+                           .queue_mode = dev->queue};
   if (!s) s = tsr_queue_init(&dev->q, &qc);
   if (s) {
     sim_close(&dev->base);
@@ -345,6 +373,10 @@ static void sim_query_caps(tsr_hal_device_t *d, tsr_hal_caps_t *out) {
   out->clock_hz = dev->clock_hz;
   out->mem_bytes_per_cycle = dev->cfg.mem_bytes_per_cycle;
   out->ops = dev->ops;
+  if (dev->queue) {
+    out->flags |= TSR_HAL_CAP_QUEUE;
+    if (!out->doorbell_latency_s) tsr_hal_caps_queue_defaults(out);
+  }
 }
 
 static tsr_status_t sim_alloc(tsr_hal_device_t *d, uint64_t size, uint64_t align,
@@ -405,18 +437,38 @@ static tsr_status_t read64(sim_device_t *dev, uint32_t off, uint64_t *v) {
   return TSR_OK;
 }
 
+/* Queue mode: Q_TAIL and Q_CTRL as the host last left them for command c. */
+static tsr_status_t write_queue(sim_device_t *dev, const tsr_queue_cmd_t *c) {
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_Q_TAIL, c->q_tail), "writing Q_TAIL");
+  SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_Q_CTRL,
+                               TSR_HW_Q_CTRL_QUEUE | (c->q_close ? TSR_HW_Q_CTRL_CLOSE : 0)),
+            "writing Q_CTRL");
+  return TSR_OK;
+}
+
+/* What fault injection makes of the next submission (fail=, hang=). */
+static uint64_t next_fault(sim_device_t *dev) {
+  const uint64_t n = ++dev->subs;
+  return n == dev->hang_at ? SIM_FAULT_HANG : n == dev->fail_at ? SIM_FAULT_FAIL : 0;
+}
+
 /* Programs the arguments of command `fence` and raises ap_start. */
 static tsr_status_t start_cmd(sim_device_t *dev, uint64_t fence, tsr_queue_cmd_t *c) {
+  (void)fence;
   /* fail=N: a ring just past the window, which the kernel must refuse. */
-  uint64_t ring = fence == dev->fail_at ? c->cmd.window_base + c->cmd.window_size : c->cmd.ring;
+  uint64_t ring = c->FAULT == SIM_FAULT_FAIL ? c->cmd.window_base + c->cmd.window_size
+                                             : c->cmd.ring;
   TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_BASE, c->cmd.window_base));
   TSR_RETURN_IF(write64(dev, TSR_ARG_MEM_SIZE, c->cmd.window_size));
   TSR_RETURN_IF(write64(dev, TSR_ARG_RING, ring));
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_ARG_N_DESC, c->cmd.n_desc), "writing N_DESC");
+  if (c->cmd.flags & TSR_HAL_CMD_QUEUE) TSR_RETURN_IF(write_queue(dev, c));
+  else if (dev->queue_hw)
+    SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_Q_CTRL, 0), "writing Q_CTRL");
   c->START_CYCLE = dev->api.cycles(dev->sim);
   dev->chunk = 1024;
   c->state = TSR_QUEUE_STARTED;
-  if (fence == dev->hang_at) return TSR_OK; /* hang=N: never started, never done */
+  if (c->FAULT == SIM_FAULT_HANG) return TSR_OK; /* hang=N: never started, never done */
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_START), "writing ap_start");
   return TSR_OK;
 }
@@ -451,8 +503,43 @@ static tsr_status_t sim_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_qu
   sim_device_t *dev = impl;
   if (dev->lost_at && fence >= dev->lost_at) atomic_store(&dev->lost, true);
   if (atomic_load(&dev->lost)) return lost_status();
+  c->FAULT = next_fault(dev);
   if (tsr_queue_oldest_pending(q) == fence) TSR_RETURN_IF(start_cmd(dev, fence, c));
   return TSR_OK;
+}
+
+/* The live counters of a running queue-mode launch. */
+static tsr_status_t read_live(sim_device_t *dev, tsr_hal_result_t *r) {
+  memset(r, 0, sizeof *r);
+  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r->desc_done));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r->cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r->stall_cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r->bytes_rd));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r->bytes_wr));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r->macs));
+  return TSR_OK;
+}
+
+/* Queue hook: the host raised the tail or closed. A started launch sees it
+ * at once (the register writes); one still queued gets it when it starts.
+ * fail=N makes doorbell N raise Q_TAIL past the ring (the RTL refuses it
+ * with QUEUE_TAIL), hang=N loses it (the doorbell never reaches the RTL). */
+static tsr_status_t sim_doorbell_hook(void *impl, tsr_queue_t *q, uint64_t fence,
+                                      tsr_queue_cmd_t *c) {
+  (void)q;
+  (void)fence;
+  sim_device_t *dev = impl;
+  if (atomic_load(&dev->lost)) return lost_status();
+  const bool more = c->q_tail != c->live.desc_done;
+  const uint64_t fault = more ? next_fault(dev) : 0;
+  if (c->state != TSR_QUEUE_STARTED || c->FAULT == SIM_FAULT_HANG) return TSR_OK;
+  if (fault == SIM_FAULT_HANG) return TSR_OK;
+  if (fault == SIM_FAULT_FAIL) {
+    SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_Q_TAIL,
+                                 c->live.desc_done + c->cmd.n_desc + 1), "writing Q_TAIL");
+    return TSR_OK;
+  }
+  return write_queue(dev, c);
 }
 
 /* Queue hook: runs one slice of cycles for the oldest unfinished launch
@@ -467,7 +554,9 @@ static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_
     return TSR_OK;
   }
   if (h->state == TSR_QUEUE_QUEUED) TSR_RETURN_IF(start_cmd(dev, head, h));
+  const bool queue = h->cmd.flags & TSR_HAL_CMD_QUEUE;
   uint64_t used = dev->api.cycles(dev->sim) - h->START_CYCLE;
+  if (queue) used = h->live.cycles; /* CYC_BUSY: its waits for the doorbell do not count */
   if (used >= dev->max_cycles)
     return TSR_ERR(DEADLINE_EXCEEDED,
                    "sim: command %" PRIu64 " not done after %" PRIu64
@@ -477,6 +566,7 @@ static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_
     return TSR_OK;
   }
   uint64_t budget = dev->chunk < dev->max_cycles - used ? dev->chunk : dev->max_cycles - used;
+  if (queue && budget > SIM_QUEUE_SLICE) budget = SIM_QUEUE_SLICE;
   uint64_t ran = 0, t0 = tsr_hal_now_ns();
   int rc = dev->api.run(dev->sim, budget, 1, &ran);
   uint64_t took = tsr_hal_now_ns() - t0;
@@ -496,6 +586,12 @@ static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_
     TSR_RETURN_IF(finish_cmd(dev, head));
     uint64_t next = tsr_queue_oldest_pending(q);
     if (next) TSR_RETURN_IF(start_cmd(dev, next, tsr_queue_cmd(q, next)));
+  } else if (queue) {
+    tsr_hal_result_t live;
+    TSR_RETURN_IF(read_live(dev, &live));
+    tsr_queue_set_live(q, head, &live);
+    /* caught up with the doorbell: nothing to run until the host rings */
+    if (live.desc_done == h->q_tail && !h->q_close) *idle = true;
   }
   return TSR_OK;
 }
@@ -520,6 +616,7 @@ static const tsr_queue_ops_t sim_queue_ops = {
     .poll = sim_poll,
     .reset = sim_reset_hook,
     .pending_note = sim_note,
+    .doorbell = sim_doorbell_hook,
 };
 
 static tsr_status_t sim_submit(tsr_hal_device_t *d, const tsr_hal_command_t *cmd,
@@ -536,6 +633,20 @@ static tsr_status_t sim_wait(tsr_hal_device_t *d, uint64_t fence, uint64_t timeo
   if (out) memset(out, 0, sizeof *out);
   if (atomic_load(&dev->lost)) return lost_status();
   return tsr_queue_wait(&dev->q, fence, timeout_ns, out);
+}
+
+static tsr_status_t sim_doorbell(tsr_hal_device_t *d, uint64_t fence, uint32_t tail, int close) {
+  sim_device_t *dev = as_sim(d);
+  if (atomic_load(&dev->lost)) return lost_status();
+  return tsr_queue_doorbell(&dev->q, fence, tail, close);
+}
+
+static tsr_status_t sim_progress(tsr_hal_device_t *d, uint64_t fence, uint32_t done,
+                                 uint64_t timeout_ns, tsr_hal_result_t *out) {
+  sim_device_t *dev = as_sim(d);
+  if (out) memset(out, 0, sizeof *out);
+  if (atomic_load(&dev->lost)) return lost_status();
+  return tsr_queue_progress(&dev->q, fence, done, timeout_ns, out);
 }
 
 static tsr_status_t sim_reset(tsr_hal_device_t *d) {
@@ -556,6 +667,8 @@ const tsr_hal_vtable_t tsr_hal_sim_vtable = {
     .submit = sim_submit,
     .wait = sim_wait,
     .reset = sim_reset,
+    .doorbell = sim_doorbell,
+    .progress = sim_progress,
     .options = sim_options,
     .n_options = SIM_N_OPTIONS,
 };

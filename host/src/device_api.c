@@ -326,6 +326,8 @@ static void submit(tsr_device_t *dev, tsr_event_t *ev) {
   if (!s) s = sync_to_device(dev, ev->g.a);
   if (!s) s = sync_to_device(dev, ev->g.w);
   if (!s) s = sync_to_device(dev, ev->g.c);
+  /* an engine's queue-mode launch on the shared device ends first */
+  if (!s && dev->shared) s = tsr_ctx_device_claim(dev->shared, NULL);
   if (!s) s = dev->hal->vt->submit(dev->hal, &ev->cmd, &ev->fence);
   ev->submit_err = s;
   ev->waited_ns = 0;

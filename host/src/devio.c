@@ -99,6 +99,55 @@ tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, cons
   return TSR_OK;
 }
 
+tsr_status_t tsr_dio_doorbell(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t tail) {
+  tsr_hal_device_t *h = d->cd->hal;
+  double t0 = tsr_now_s();
+  tsr_status_t s = h->vt->doorbell(h, d->q_fence, tail, 0);
+  d->hal_s += tsr_now_s() - t0;
+  d->submit_us = tsr_trace_now_us(o->ctx->trace);
+  if (!s) d->doorbells++;
+  return s;
+}
+
+tsr_status_t tsr_dio_progress(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t done, const char *what,
+                              tsr_hal_result_t *res) {
+  tsr_hal_device_t *h = d->cd->hal;
+  tsr_trace_t *tr = o->ctx->trace;
+  tsr_hal_result_t now;
+  memset(res, 0, sizeof *res);
+  double t0 = tsr_now_s();
+  tsr_status_t s = h->vt->progress(h, d->q_fence, done, d->q_timeout_ns, &now);
+  d->wait_wall_s += tsr_now_s() - t0;
+  if (s) return s;
+  if (now.hw_status != TSR_HWERR_OK)
+    return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, now.err_index,
+                   tsr_hal_hwerr_name(now.hw_status));
+  if (now.desc_done < done)
+    return TSR_ERR(DEVICE, "%s: its queue ended after %u of %u descriptors", d->cd->name,
+                   now.desc_done, done);
+  const tsr_hal_result_t *p = &d->q_seen;
+  res->desc_done = now.desc_done - p->desc_done;
+  res->cycles = now.cycles - p->cycles;
+  res->stall_cycles = now.stall_cycles - p->stall_cycles;
+  res->bytes_rd = now.bytes_rd - p->bytes_rd;
+  res->bytes_wr = now.bytes_wr - p->bytes_wr;
+  res->macs = now.macs - p->macs;
+  d->q_seen = now;
+  if (tr) {
+    char args[128];
+    snprintf(args, sizeof args, "\"descriptors\": %u, \"cycles\": %" PRIu64, res->desc_done,
+             res->cycles);
+    tsr_trace_complete(tr, d->trace_track, what, "device", d->submit_us,
+                       tsr_trace_now_us(tr) - d->submit_us, args);
+  }
+  d->done_s = tsr_now_s();
+  d->done_hal_s = d->hal_s;
+  d->cycles += res->cycles;
+  d->tiles += res->desc_done;
+  d->bytes_rd += res->bytes_rd;
+  return TSR_OK;
+}
+
 tsr_status_t tsr_dio_alloc(tsr_exec_dev_t *d, uint64_t size, tsr_hal_buffer_t *out) {
   tsr_hal_device_t *h = d->cd->hal;
   if (d->sub) {

@@ -30,6 +30,16 @@ tsr_status_t tsr_dio_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_comm
  * its cycles and descriptors, and fills *res. */
 tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, const char *what,
                           tsr_hal_result_t *res);
+/* Queue mode: publishes the running queue's descriptors up to `tail`
+ * (counts a doorbell, and the host time before it that hides its latency,
+ * as tsr_dio_submit does for a launch). */
+tsr_status_t tsr_dio_doorbell(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t tail);
+/* Queue mode: waits until the running queue has done `done` descriptors;
+ * *res gets what they did since the last progress (cycles, descriptors,
+ * bytes), counted as tsr_dio_wait counts a launch's. A refusal is a DEVICE
+ * error naming the descriptor, as for a launch. */
+tsr_status_t tsr_dio_progress(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t done, const char *what,
+                              tsr_hal_result_t *res);
 /* Device memory (not counted as transfers). */
 tsr_status_t tsr_dio_alloc(tsr_exec_dev_t *d, uint64_t size, tsr_hal_buffer_t *out);
 void tsr_dio_free(tsr_exec_dev_t *d, tsr_hal_buffer_t *buf);

@@ -53,6 +53,8 @@ typedef struct tsr_ring_entry {
   uint32_t bytes;
 } tsr_ring_entry_t;
 
+static tsr_status_t queue_close(tsr_exec_dev_t *d);
+
 static void free_staging(tsr_exec_dev_t *d) {
   tsr_dio_free(d, &d->a);
   tsr_dio_free(d, &d->c);
@@ -80,10 +82,14 @@ static void size_dev_staging(tsr_exec_t *o, tsr_exec_dev_t *d) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL || n->group != i) continue;
-    int32_t ns[8];
-    for (int j = 0; j < n->group_size; j++) ns[j] = g->nodes[i + j].n;
-    const int32_t nd =
-        tsr_tile_descs(ns, n->group_size, TSR_TILE_N_CHUNK, R, tsr_tile_m_chunk(&d->cd->caps));
+    int32_t ns[8], n_sum = 0;
+    for (int j = 0; j < n->group_size; j++) n_sum += ns[j] = g->nodes[i + j].n;
+    /* C: every K piece's partial sums */
+    const int32_t kp = tsr_tile_k_pieces(&d->cd->caps, n->k);
+    if ((uint64_t)R * (uint64_t)n_sum * 4 * (uint64_t)kp > d->c_cap)
+      d->c_cap = (uint64_t)R * (uint64_t)n_sum * 4 * (uint64_t)kp;
+    const int32_t nd = kp * tsr_tile_descs(ns, n->group_size, TSR_TILE_N_CHUNK, R,
+                                           tsr_tile_m_chunk(&d->cd->caps));
     if (nd > descs) descs = nd;
     all += (uint64_t)nd;
   }
@@ -239,19 +245,23 @@ static uint64_t auto_window(const tsr_exec_t *o, const tsr_exec_dev_t *d) {
   uint64_t b = round_alloc(d->a_cap) + round_alloc(d->c_cap) + round_alloc(d->ring_cap) +
                round_alloc(d->rings_cap);
   const tsr_graph_t *g = &o->graph;
+  /* as upload_weights stores them: striped over the read ports (a
+   * block-sparse copy is smaller) */
+  const uint32_t p = tsr_tile_w_channels(&d->cd->caps);
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (g->nodes[i].op == TSR_NODE_MATMUL)
-      b += round_alloc((uint64_t)g->nodes[i].n * (uint64_t)g->nodes[i].k);
+      b += round_alloc(tsr_tile_w_bytes(g->nodes[i].n, g->nodes[i].k, p));
   if (o->attn.kind != TSR_ATTN_REFERENCE)
     b += round_alloc(tsr_attn_kv_bytes(&o->attn_dims)) *
          (uint64_t)(o->model->layer1 - o->model->layer0) * TSR_PLAN_KV_RESERVE_SEQS;
   return b;
 }
 
-/* Reserves the engine's window on device d and its allocator. */
-static tsr_status_t alloc_window(tsr_exec_t *o, tsr_exec_dev_t *d) {
+/* Reserves the engine's window of `size` bytes (TSR_WINDOW_AUTO: sized by
+ * auto_window) on device d and its allocator. */
+static tsr_status_t alloc_window(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t size) {
   tsr_hal_device_t *h = d->cd->hal;
-  const uint64_t bytes = o->window_bytes == TSR_WINDOW_AUTO ? auto_window(o, d) : o->window_bytes;
+  const uint64_t bytes = size == TSR_WINDOW_AUTO ? auto_window(o, d) : size;
   TSR_RETURN_IF_ERROR(h->vt->alloc(h, bytes, TSR_DEVMEM_MIN_ALIGN, &d->window),
                       "%s: a window of %" PRIu64 " bytes", d->cd->name, bytes);
   tsr_status_t s = tsr_devmem_create(d->window.addr, d->window.size, &d->sub);
@@ -277,6 +287,7 @@ void tsr_exec_window(const tsr_exec_t *o, int e, uint64_t *base, uint64_t *size)
 
 static void size_staging(tsr_exec_t *o) {
   const tsr_graph_t *g = &o->graph;
+  o->k_pieces = 1;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const tsr_node_t *n = &g->nodes[i];
     if (n->op != TSR_NODE_MATMUL || n->group != i) continue;
@@ -284,7 +295,14 @@ static void size_staging(tsr_exec_t *o) {
     for (int j = 0; j < n->group_size; j++) sum += g->nodes[i + j].n;
     if (n->k > o->k_max) o->k_max = n->k;
     if (sum > o->group_n_max) o->group_n_max = sum;
+    for (int e = 0; e < o->ctx->n_devs; e++) {
+      const tsr_ctx_device_t *cd = &o->ctx->devs[e];
+      const int32_t kp = cd->hal ? tsr_tile_k_pieces(&cd->caps, n->k) : 1;
+      if (kp > o->k_pieces) o->k_pieces = kp;
+    }
   }
+  /* acc: a device share's C at r0 * n_sum * k_pieces (mm_prepare) */
+  o->acc_n = (size_t)o->group_n_max * (size_t)o->k_pieces;
 }
 
 static int32_t max3(int32_t a, int32_t b, int32_t c) {
@@ -300,7 +318,7 @@ static tsr_status_t alloc_scratch(tsr_exec_t *o) {
   const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
   const size_t widest_in = (size_t)max3(c->dim, c->hidden_dim, (int32_t)q_dim);
   size_t widest_out = (size_t)max3(c->hidden_dim, c->vocab_size, c->dim);
-  if ((size_t)o->group_n_max > widest_out) widest_out = (size_t)o->group_n_max;
+  if (o->acc_n > widest_out) widest_out = o->acc_n;
   const int n_threads = tsr_threadpool_size(o->ctx->pool);
   o->x = malloc(sizeof(float) * R * (size_t)c->dim);
   o->xb = malloc(sizeof(float) * R * widest_in);
@@ -419,7 +437,12 @@ tsr_status_t tsr_exec_create(tsr_model_t *model, const tsr_session_options_t *op
     if (!int8_work || !d->rs.usable) continue;
     size_dev_staging(o, d);
     pthread_mutex_lock(&d->cd->lock);
-    s = o->window_bytes ? alloc_window(o, d) : TSR_OK;
+    /* a device in queue mode keeps one launch running over everything the
+     * engine has on it: the engine's window (sized automatically unless
+     * given); without room for one the engine launches each ring */
+    if (o->window_bytes) s = alloc_window(o, d, o->window_bytes);
+    else if (d->cd->caps.flags & TSR_HAL_CAP_QUEUE)
+      tsr_status_free(alloc_window(o, d, TSR_WINDOW_AUTO));
     if (!s) s = alloc_staging(d);
     if (s) {
       free_staging(d);
@@ -469,6 +492,7 @@ void tsr_exec_destroy(tsr_exec_t *o) {
       tsr_exec_dev_t *d = &o->devs[i];
       if (!d->cd || !d->cd->hal) continue;
       pthread_mutex_lock(&d->cd->lock);
+      tsr_status_free(queue_close(d));
       free_staging(d);
       free_window(d);
       pthread_mutex_unlock(&d->cd->lock);
@@ -552,6 +576,8 @@ typedef struct launch {
   bool resident; /* the ring may stay resident (a matmul group's) */
   /* state */
   size_t ring_up; /* ring bytes the last submit copied (0: found resident) */
+  uint32_t q_target; /* queue mode: descriptors the queue has run when this
+                        launch is done (0: a launch of its own) */
   uint64_t fence;
   tsr_hal_result_t res;
 } launch_t;
@@ -623,9 +649,104 @@ static tsr_status_t ring_place(tsr_exec_t *o, tsr_exec_dev_t *d, size_t n, bool 
   return TSR_OK;
 }
 
+/* ---- queue mode ---- */
+
+/* Slots of the queue: the staging ring, 64 bytes a descriptor. */
+static uint32_t queue_slots(const tsr_exec_dev_t *d) {
+  return (uint32_t)(d->ring.size / TSR_HW_DESC_BYTES);
+}
+
+/* Whether launch l goes to the device's queue: the device runs queue mode
+ * and the engine has a window on it (the queue's launch covers it all). */
+static bool queue_used(const tsr_exec_dev_t *d, const launch_t *l) {
+  const tsr_hal_vtable_t *vt = d->cd->hal->vt;
+  return (d->cd->caps.flags & TSR_HAL_CAP_QUEUE) && vt->doorbell && vt->progress &&
+         d->window.size && l->n_desc && l->n_desc <= queue_slots(d);
+}
+
+/* Forgets the running queue (after a failure: the recovery resets the
+ * device; a queue that still runs is closed, best effort). */
+static void queue_forget(tsr_exec_dev_t *d) {
+  if (d->q_fence) {
+    tsr_hal_device_t *h = d->cd->hal;
+    tsr_status_free(h->vt->doorbell(h, d->q_fence, d->q_tail, 1));
+  }
+  d->q_fence = 0;
+  if (d->cd->q_holder == d) d->cd->q_holder = NULL;
+}
+
+/* Closes the running queue and waits for its launch to end (the device's
+ * lock held). Every ring it ran was already waited for; a queue that does
+ * not end cleanly is reset. */
+static tsr_status_t queue_release(void *holder) {
+  tsr_exec_dev_t *d = holder;
+  if (d->cd->q_holder == d) d->cd->q_holder = NULL;
+  if (!d->q_fence) return TSR_OK;
+  tsr_hal_device_t *h = d->cd->hal;
+  const uint64_t fence = d->q_fence;
+  d->q_fence = 0;
+  tsr_hal_result_t r;
+  tsr_status_t s = h->vt->doorbell(h, fence, d->q_tail, 1);
+  if (!s) s = h->vt->wait(h, fence, d->q_timeout_ns, &r);
+  if (!s && r.hw_status == TSR_HWERR_OK) return TSR_OK;
+  tsr_status_free(s);
+  return h->vt->reset(h);
+}
+
+/* Opens the device's queue for this engine if it has none: closes another
+ * user's, then submits the queue-mode launch over the staging ring. */
+static tsr_status_t queue_claim(tsr_exec_t *o, tsr_exec_dev_t *d) {
+  TSR_RETURN_IF(tsr_ctx_device_claim(d->cd, d));
+  if (d->q_fence) return TSR_OK;
+  tsr_hal_command_t cmd = {.window_base = d->window.addr, .window_size = d->window.size,
+                           .ring = d->ring.addr, .n_desc = queue_slots(d),
+                           .flags = TSR_HAL_CMD_QUEUE};
+  d->q_timeout_ns = (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull;
+  TSR_RETURN_IF(tsr_dio_submit(o, d, &cmd, &d->q_fence));
+  d->q_tail = 0;
+  memset(&d->q_seen, 0, sizeof d->q_seen);
+  d->launches++;
+  d->q_opens++;
+  d->cd->q_holder = d;
+  d->cd->q_release = queue_release;
+  return TSR_OK;
+}
+
+/* Launch l through the queue: A up, its descriptors into the next slots
+ * (two copies where they wrap), a doorbell. */
+static tsr_status_t queue_submit(tsr_exec_t *o, launch_t *l) {
+  tsr_exec_dev_t *d = l->d;
+  TSR_RETURN_IF(queue_claim(o, d));
+  TSR_RETURN_IF(tsr_dio_write(o, d, &d->a, 0, l->a, l->a_bytes, true));
+  const uint32_t slots = queue_slots(d), slot = d->q_tail % slots;
+  const uint32_t first = l->n_desc < slots - slot ? l->n_desc : slots - slot;
+  TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, (uint64_t)slot * TSR_HW_DESC_BYTES, d->ring_host,
+                              (size_t)first * TSR_HW_DESC_BYTES, true));
+  if (first < l->n_desc)
+    TSR_RETURN_IF(tsr_dio_write(o, d, &d->ring, 0,
+                                d->ring_host + (size_t)first * TSR_HW_DESC_BYTES,
+                                (size_t)(l->n_desc - first) * TSR_HW_DESC_BYTES, true));
+  l->ring_up = (size_t)l->n_desc * TSR_HW_DESC_BYTES;
+  TSR_RETURN_IF(tsr_dio_doorbell(o, d, d->q_tail + l->n_desc));
+  d->q_tail += l->n_desc;
+  l->q_target = d->q_tail;
+  l->fence = d->q_fence;
+  return TSR_OK;
+}
+
+/* Closes the engine's queue on d, if it holds one (the device's lock
+ * held). */
+static tsr_status_t queue_close(tsr_exec_dev_t *d) {
+  if (!d->cd || !d->cd->hal || d->cd->q_holder != d) return TSR_OK;
+  return queue_release(d);
+}
+
 static tsr_status_t launch_submit(tsr_exec_t *o, launch_t *l) {
   tsr_exec_dev_t *d = l->d;
   if (!d->rs.usable) return TSR_ERR(UNAVAILABLE, "%s is not usable", d->cd->name);
+  l->q_target = 0;
+  if (queue_used(d, l)) return queue_submit(o, l);
+  TSR_RETURN_IF(tsr_ctx_device_claim(d->cd, NULL));
   TSR_RETURN_IF(tsr_dio_write(o, d, &d->a, 0, l->a, l->a_bytes, true));
   uint64_t ring;
   TSR_RETURN_IF(ring_place(o, d, (size_t)l->n_desc * TSR_HW_DESC_BYTES, l->resident, &ring,
@@ -638,7 +759,8 @@ static tsr_status_t launch_submit(tsr_exec_t *o, launch_t *l) {
 }
 
 static tsr_status_t launch_finish(tsr_exec_t *o, launch_t *l) {
-  TSR_RETURN_IF(tsr_dio_wait(o, l->d, l->fence, l->what, &l->res));
+  if (l->q_target) TSR_RETURN_IF(tsr_dio_progress(o, l->d, l->q_target, l->what, &l->res));
+  else TSR_RETURN_IF(tsr_dio_wait(o, l->d, l->fence, l->what, &l->res));
   return tsr_dio_read(o, l->d, &l->d->c, 0, l->c, l->c_bytes);
 }
 
@@ -661,8 +783,10 @@ static tsr_status_t launch_complete(tsr_exec_t *o, launch_ctx_t *lc, tsr_status_
     tsr_recover_ok(&d->rs);
     return TSR_OK;
   }
-  /* whatever failed, the retry uploads its ring again */
+  /* whatever failed, the retry uploads its ring again (and opens a new
+   * queue) */
   rings_forget(d);
+  queue_forget(d);
   const tsr_recover_ops_t ops = {launch_sync, NULL, lc};
   s = tsr_recover(o->ctx, d->cd->hal, d->cd->name, &d->rs, s, &ops, what, host, NULL);
   if (d->rs.gone) d->cd->lost = true;
@@ -765,6 +889,7 @@ typedef struct {
   bool locked;
   double host0, waited0;
   uint32_t bsr_nd; /* of its descriptors, GEMM_BSR ones */
+  int32_t k_pieces; /* K pieces of its descriptors (tsr_tile_k_pieces) */
 } mm_share_t;
 
 /* Packs the share's ring into d->ring_host and fills its launch. */
@@ -772,6 +897,9 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
                        const tsr_offload_scratch_t *sc) {
   const members_t *gr = sh->gr;
   const int32_t mc = tsr_tile_m_chunk(&d->cd->caps);
+  /* K in pieces (tiles.c): piece q's partial sums are C block q of the
+   * member (rows x n int32 each), added by mm_account */
+  const int32_t kp = tsr_tile_k_pieces(&d->cd->caps, gr->k);
   uint32_t nd = 0;
   uint64_t c_off = 0;
   sh->bsr_nd = 0;
@@ -780,28 +908,37 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
     const size_t wi = weight_index(o, n, (int)(d - o->devs));
     const tsr_hal_buffer_t *w = &o->weights[wi];
     const tsr_tile_bsr_t *bsr = &o->weight_bsr[wi];
+    const uint64_t block = (uint64_t)sh->rows * (uint64_t)n->n * 4;
     for (int32_t n0 = 0; n0 < n->n; n0 += TSR_TILE_N_CHUNK) {
       const int32_t nn = n->n - n0 < TSR_TILE_N_CHUNK ? n->n - n0 : TSR_TILE_N_CHUNK;
       for (int32_t m0 = 0; m0 < sh->rows; m0 += mc) {
         const int32_t mm = sh->rows - m0 < mc ? sh->rows - m0 : mc;
-        tsr_desc_t desc = {
-            .opcode = TSR_OP_GEMM_I8_I32, .m = (uint32_t)mm, .n = (uint32_t)nn,
-            .k = (uint32_t)gr->k, .lda = (uint32_t)gr->k, .ldw = (uint32_t)n->k,
-            .ldc = (uint32_t)n->n * 4,
-            .a_addr = d->a.addr + (uint64_t)m0 * (uint64_t)gr->k,
-            .c_addr = d->c.addr + c_off + ((uint64_t)m0 * (uint64_t)n->n + (uint64_t)n0) * 4};
-        if (bsr->chunks) {
-          tsr_tile_bsr_desc(&desc, w->addr, bsr, n0);
-          sh->bsr_nd++;
-        } else {
-          tsr_tile_w_desc(&desc, w->addr, n->n, n0, n->k, tsr_tile_w_channels(&d->cd->caps));
+        for (int32_t q = 0; q < kp; q++) {
+          const int32_t k0 = q * TSR_TILE_K_CHUNK;
+          const int32_t kk = kp == 1 ? gr->k
+                             : gr->k - k0 < TSR_TILE_K_CHUNK ? gr->k - k0 : TSR_TILE_K_CHUNK;
+          tsr_desc_t desc = {
+              .opcode = TSR_OP_GEMM_I8_I32, .m = (uint32_t)mm, .n = (uint32_t)nn,
+              .k = (uint32_t)kk, .lda = (uint32_t)gr->k, .ldw = (uint32_t)n->k,
+              .ldc = (uint32_t)n->n * 4,
+              .a_addr = d->a.addr + (uint64_t)m0 * (uint64_t)gr->k + (uint64_t)k0,
+              .c_addr = d->c.addr + c_off + block * (uint64_t)q +
+                        ((uint64_t)m0 * (uint64_t)n->n + (uint64_t)n0) * 4};
+          if (bsr->chunks) {
+            tsr_tile_bsr_desc(&desc, w->addr, bsr, n0);
+            sh->bsr_nd++;
+          } else {
+            tsr_tile_w_desc(&desc, w->addr, n->n, n0, n->k, tsr_tile_w_channels(&d->cd->caps));
+            desc.w_addr += (uint64_t)k0;
+          }
+          tsr_desc_pack(d->ring_host + (size_t)nd * TSR_HW_DESC_BYTES, &desc);
+          nd++;
         }
-        tsr_desc_pack(d->ring_host + (size_t)nd * TSR_HW_DESC_BYTES, &desc);
-        nd++;
       }
     }
-    c_off += (uint64_t)sh->rows * (uint64_t)n->n * 4;
+    c_off += block * (uint64_t)kp;
   }
+  sh->k_pieces = kp;
   launch_t *l = &sh->lc.l;
   memset(l, 0, sizeof *l);
   l->d = d;
@@ -810,7 +947,7 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
   l->n_desc = nd;
   for (int j = 0; j < gr->count; j++)
     l->extra[l->n_extra++] = &o->weights[weight_index(o, gr->m[j], (int)(d - o->devs))];
-  l->c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum;
+  l->c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum * (size_t)o->k_pieces;
   l->c_bytes = (size_t)c_off;
   l->what = tsr_mm_role_name(gr->m[0]->role);
   l->resident = true;
@@ -821,7 +958,7 @@ static void mm_prepare(tsr_exec_t *o, mm_share_t *sh, tsr_exec_dev_t *d,
 static void mm_account(tsr_exec_t *o, mm_share_t *sh, const tsr_offload_scratch_t *sc) {
   const members_t *gr = sh->gr;
   tsr_exec_dev_t *d = sh->lc.l.d;
-  const int32_t *c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum;
+  int32_t *c = sc->acc + (size_t)sh->r0 * (size_t)gr->n_sum * (size_t)o->k_pieces;
   const double macs_total = (double)gr->n_sum;
   const uint64_t cycles = sh->lc.l.res.cycles;
   uint64_t c_off = 0;
@@ -829,15 +966,19 @@ static void mm_account(tsr_exec_t *o, mm_share_t *sh, const tsr_offload_scratch_
   d->bsr_descs += sh->bsr_nd;
   for (int j = 0; j < gr->count; j++) {
     const tsr_node_t *n = gr->m[j];
+    /* the K pieces' partial sums added into the first (int32, exact) */
+    const size_t block = (size_t)sh->rows * (size_t)n->n;
+    for (int32_t q = 1; q < sh->k_pieces; q++)
+      for (size_t e = 0; e < block; e++) c[c_off + e] += c[c_off + block * (size_t)q + e];
     tsr_dequantize(gr->out[j] + (size_t)sh->r0 * n->n, (size_t)n->n, c + c_off, (size_t)n->n,
                    sc->qa_scale + sh->r0, n->w->q.scale, sh->rows, n->n);
-    c_off += (uint64_t)sh->rows * (uint64_t)n->n;
+    c_off += block * (size_t)sh->k_pieces;
     tsr_role_stats_t *rs = &o->roles[n->role];
     const double share = (double)n->n / macs_total;
     rs->cycles += (uint64_t)llround((double)cycles * share);
     rs->proj_s += (double)cycles * share / d->timing.clock_hz;
     rs->bytes_up += (uint64_t)((double)(sh->lc.l.a_bytes + sh->lc.l.ring_up) * share);
-    rs->bytes_down += (uint64_t)sh->rows * (uint64_t)n->n * 4;
+    rs->bytes_down += (uint64_t)sh->rows * (uint64_t)n->n * 4 * (uint64_t)sh->k_pieces;
     rs->tiles += (uint64_t)(sh->lc.l.n_desc * share + 0.5);
   }
 }
@@ -872,7 +1013,8 @@ static tsr_status_t run_members(tsr_exec_t *o, const members_t *gr, const int *d
           (double)(bsr->chunks ? tsr_proj_bsr_cycles(&d->timing, mm, mn, mk,
                                                      tsr_exec_bsr_density(
                                                          o, (int32_t)(mj - o->graph.nodes)))
-                               : tsr_km_gemm_cycles(&d->timing, mm, mn, mk));
+                               : tsr_proj_pieces_cycles(&d->cd->caps, &d->timing, mm, mn, mk,
+                                                        false));
     }
     pthread_mutex_lock(&d->cd->lock);
     s->locked = true;
@@ -1169,6 +1311,11 @@ tsr_status_t tsr_engine_set_devices(tsr_engine_t *o, uint64_t mask, uint64_t kee
     const bool on = mask >> e & 1;
     if (d->cd->host) continue;
     d->on = on;
+    if (!on && d->cd->hal) { /* its queue ends with its turn */
+      pthread_mutex_lock(&d->cd->lock);
+      tsr_status_free(queue_close(d));
+      pthread_mutex_unlock(&d->cd->lock);
+    }
     if (!on && !(keep >> e & 1) && d->cd->hal) release_weights(o, e);
   }
   tsr_status_t s = upload_weights(o);

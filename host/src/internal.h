@@ -32,7 +32,20 @@ typedef struct tsr_ctx_device {
   pthread_mutex_t lock;    /* serializes the engines' use of the device:
                               every HAL call, a launch from its first copy
                               to its last read */
+  /* queue mode: who keeps a queue-mode launch running on the device (an
+   * engine's device, exec.c), and how it closes it; whoever else takes the
+   * lock to use the device calls tsr_ctx_device_claim first */
+  void *q_holder;
+  tsr_status_t (*q_release)(void *holder);
 } tsr_ctx_device_t;
+
+/* With cd->lock held: closes the queue-mode launch another user keeps
+ * running on the device (none: nothing to do), so that `self` (NULL: a user
+ * that is not an engine) may submit. */
+static inline tsr_status_t tsr_ctx_device_claim(tsr_ctx_device_t *cd, const void *self) {
+  if (!cd->q_holder || cd->q_holder == self) return TSR_OK;
+  return cd->q_release(cd->q_holder);
+}
 
 struct tsr_context {
   int n_threads;

@@ -106,6 +106,17 @@ typedef struct tsr_exec_dev {
    * one launch latency of the next launch (devio.c, report.c board_time) */
   double done_s, done_hal_s;  /* when the last launch completed; hal_s then */
   double launch_hidden_s;     /* launch latency hidden behind host work    */
+  /* queue mode (TSR_HAL_CAP_QUEUE, exec.c): one launch stays running over
+   * the staging `ring` as a ring of ring_cap / 64 slots; each matmul group
+   * or attention phase is written into the next slots and published with a
+   * doorbell. The context's device records the engine holding it
+   * (tsr_ctx_device_t.q_holder), and any other user closes it first. */
+  uint64_t q_fence;           /* the running queue's launch, 0: none       */
+  uint32_t q_tail;            /* descriptors published to it               */
+  tsr_hal_result_t q_seen;    /* its counters at the last progress()       */
+  uint64_t q_timeout_ns;      /* the context's device timeout              */
+  uint64_t doorbells;         /* rings published by a doorbell             */
+  uint64_t q_opens;           /* of the launches, queue-mode ones          */
 } tsr_exec_dev_t;
 
 /* Scratch of one forward pass (rows of the whole batch). */
@@ -181,6 +192,10 @@ struct tsr_engine {
                                  16 x BK tiles (tiles.c), < 0 until measured */
   uint64_t weight_bytes;
   int32_t k_max, group_n_max; /* staging sizes */
+  int32_t k_pieces;  /* most K pieces a group takes on any device (tiles.c
+                        tsr_tile_k_pieces): a device share's C of a group
+                        lies at acc + r0 * n_sum * k_pieces              */
+  size_t acc_n;      /* int32 columns of acc per row                      */
   tsr_role_stats_t roles[TSR_MM_COUNT];
   /* int8 attention (attn.kind != TSR_ATTN_REFERENCE) */
   tsr_attn_pattern_t attn;

@@ -112,7 +112,7 @@ static void attn_measure(tsr_exec_t *o, int e, double *cpu, double *dev, double 
       const tsr_exec_dev_t *dv = &o->devs[e];
       const tsr_hal_caps_t *caps = &dv->cd->caps;
       *dev = (double)tsr_attn_model_cycles(w, &dv->timing) / dv->timing.clock_hz +
-             2 * caps->launch_latency_s;
+             2 * tsr_hal_ring_latency_s(caps);
       uint64_t a0, c0, a1, c1;
       tsr_attn_phase_bytes(w, 0, &a0, &c0);
       tsr_attn_phase_bytes(w, 1, &a1, &c1);
@@ -120,7 +120,7 @@ static void attn_measure(tsr_exec_t *o, int e, double *cpu, double *dev, double 
                   2.0 * rows * d->n_kv_heads * d->head_dim;
       /* transfers: A and ring per phase, C per phase, K and V^T per kv head */
       int n_xfer = 6 + 2 * d->n_kv_heads;
-      *xfer = caps->link_latency_s * n_xfer +
+      *xfer = tsr_hal_copy_latency_s(caps) * n_xfer +
               (caps->link_bytes_per_s > 0 ? (up + (double)(c0 + c1)) / caps->link_bytes_per_s : 0);
     }
   }

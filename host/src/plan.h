@@ -70,6 +70,16 @@ static inline int32_t tsr_tile_m_chunk(const tsr_hal_caps_t *c) {
   return c->max_dim ? (int32_t)c->max_dim : TSR_TILE_N_CHUNK;
 }
 
+/* K cut in pieces on a device with several read ports: a GEMV whose K is
+ * more than the kernel's k chunk (TSR_TILE_K_CHUNK bytes) reloads its A
+ * row through port 0 for every n block, which halves that port's share of
+ * W's bandwidth (1x4096x11008 at 128x32 with 32 ports: 49.8 % of the
+ * modeled bandwidth, 97 % in pieces of 4096). Each piece is a descriptor of
+ * its own writing its own int32 partial sums, which the host adds (exact).
+ * The number of pieces, 1 on a device with one port or where K fits. */
+#define TSR_TILE_K_CHUNK 4096
+int32_t tsr_tile_k_pieces(const tsr_hal_caps_t *c, int32_t k);
+
 /* Weights on a device with several read ports (caps.mem_ports = P, a power
  * of two dividing TSR_TILE_N_CHUNK; else 1): striped as the kernel reads
  * them (hw/regmap.def W_NCH, W_CSTRIDE), row r of an n x k matrix at

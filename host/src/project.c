@@ -71,25 +71,50 @@ uint64_t tsr_proj_bsr_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, u
   return e.cycles;
 }
 
+uint64_t tsr_proj_pieces_cycles(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t,
+                                uint32_t m, uint32_t n, uint32_t k, bool ports) {
+  const int32_t kp = tsr_tile_k_pieces(caps, (int32_t)k);
+  uint64_t c = 0;
+  for (int32_t q = 0; q < kp; q++) {
+    const uint32_t k0 = (uint32_t)q * TSR_TILE_K_CHUNK;
+    const uint32_t kk = kp == 1 ? k : k - k0 < TSR_TILE_K_CHUNK ? k - k0 : TSR_TILE_K_CHUNK;
+    c += ports ? tsr_proj_gemm_cycles(t, m, n, kk) : tsr_km_gemm_cycles(t, m, n, kk);
+  }
+  return c;
+}
+
 void tsr_proj_group(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t, int32_t m, int32_t k,
                     const int32_t *ns, const double *dens, int count, double *dev_s,
                     double *xfer_s) {
-  double d = caps->launch_latency_s;
+  double d = tsr_hal_ring_latency_s(caps);
   for (int j = 0; j < count; j++) {
     const uint64_t cyc =
         dens && dens[j] >= 0
             ? tsr_proj_bsr_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k, dens[j])
-            : tsr_proj_gemm_cycles(t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k);
+            : tsr_proj_pieces_cycles(caps, t, (uint32_t)m, (uint32_t)ns[j], (uint32_t)k, true);
     d += (double)cyc / t->clock_hz;
   }
   /* as the executor issues them in steady state: activation rows up, the
    * results of every member down in one read (exec.c launch_submit/
    * launch_finish); the ring is resident in device memory after the group's
-   * first launch of m rows (exec.c ring_place) */
+   * first launch of m rows (exec.c ring_place). In queue mode the
+   * descriptors go into the queue's slots every time: a third copy (exec.c
+   * queue_submit). */
+  /* (C: every K piece's partial sums) */
+  const int32_t kp = tsr_tile_k_pieces(caps, k);
   double bytes = (double)m * k;
-  for (int j = 0; j < count; j++) bytes += 4.0 * m * ns[j];
+  for (int j = 0; j < count; j++) bytes += 4.0 * m * ns[j] * kp;
+  int copies = 2;
+  if (caps->flags & TSR_HAL_CAP_QUEUE) {
+    int32_t ns2[8];
+    const int nc = count < 8 ? count : 8;
+    for (int j = 0; j < nc; j++) ns2[j] = ns[j];
+    bytes += (double)TSR_HW_DESC_BYTES * kp *
+             tsr_tile_descs(ns2, nc, TSR_TILE_N_CHUNK, m, tsr_tile_m_chunk(caps));
+    copies = 3;
+  }
   *dev_s = d;
-  *xfer_s = caps->link_latency_s * 2 +
+  *xfer_s = tsr_hal_copy_latency_s(caps) * copies +
             (caps->link_bytes_per_s > 0 ? bytes / caps->link_bytes_per_s : 0);
 }
 
@@ -118,15 +143,15 @@ void tsr_proj_model(const tsr_proj_shape_t *s, const tsr_hal_caps_t *caps,
     const bool pays = dev + xfer < c;
     const double reps = cls ? 1 : s->layers, before = cls ? 0 : h;
     host += reps * (c + before);
-    {
-      const double lat = caps->launch_latency_s;
-      all += reps * (before + (lat > before ? lat - before : 0) + dev - lat + xfer);
-    }
+    /* queued ahead: a launch's latency runs while the host does the light
+     * ops before it; only what exceeds them shows. A doorbell (queue mode)
+     * follows the host work that writes its input: nothing hides it. */
+    const double lat = tsr_hal_ring_latency_s(caps);
+    const double shows = (caps->flags & TSR_HAL_CAP_QUEUE) ? lat : lat > before ? lat - before : 0;
+    all += reps * (before + shows + dev - lat + xfer);
     if (pays) {
-      const double lat = caps->launch_latency_s, work = dev - lat + xfer;
-      /* queued ahead: the launch's latency runs while the host does the
-       * light ops before it; only what exceeds them shows */
-      board += reps * (before + (lat > before ? lat - before : 0) + work);
+      const double work = dev - lat + xfer;
+      board += reps * (before + shows + work);
       serial += reps * (before + lat + work);
       out->launches += (int)reps;
       if (cls) out->classifier_on = true;

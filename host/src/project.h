@@ -10,7 +10,11 @@
  *   - the cost of one matmul group on a device as the executor issues it
  *     (tsr_proj_group): one launch, its cycles, and two copies (the
  *     activation rows up, the results down in one read; the ring stays
- *     resident in device memory after the first launch);
+ *     resident in device memory after the first launch); on a device in
+ *     queue mode a doorbell instead of the launch and a third copy (the
+ *     descriptors into the queue's slots), each copy at the kernel's host
+ *     memory latency where the board has host memory access
+ *     (tsr_hal_ring_latency_s, tsr_hal_copy_latency_s);
  *   - a CPU profile (tsr_cpu_profile_t): a fixed roofline of the host's int8
  *     matmuls (weight bytes per second streamed by a GEMV, int8 MACs per
  *     second of a GEMM). The partitioner measures the host kernel on every
@@ -51,10 +55,19 @@ tsr_status_t tsr_proj_cpu_profile_env(tsr_cpu_profile_t *out, bool *set);
  * this one place, as one port of ports x the per-channel bandwidth. */
 uint64_t tsr_proj_gemm_cycles(const tsr_km_timing_t *t, uint32_t m, uint32_t n, uint32_t k);
 
+/* Cycles of an m x n x k matmul as the executor issues it on a device with
+ * these caps: K in pieces where tsr_tile_k_pieces says so, one descriptor
+ * each; `ports` true prices the pieces as tsr_proj_gemm_cycles does (the
+ * read ports modeled here when the kernel model does not), false with the
+ * kernel model alone (what --stats compares with the device's cycles). */
+uint64_t tsr_proj_pieces_cycles(const tsr_hal_caps_t *caps, const tsr_km_timing_t *t,
+                                uint32_t m, uint32_t n, uint32_t k, bool ports);
+
 /* Cost of a matmul group on one device: `count` members of ns[i] outputs
- * over m rows of k inputs, in one launch. dev_s = launch latency + cycles
- * at the clock; xfer_s = the executor's two copies (A up, C down; the ring
- * is resident) at the link's latency and bandwidth. */
+ * over m rows of k inputs, in one launch. dev_s = launch latency (queue
+ * mode: a doorbell) + cycles at the clock; xfer_s = the executor's copies
+ * (A up, C down; the ring is resident, or in queue mode copied into the
+ * slots) at the copy latency and the link's bandwidth. */
 /* Cycles of an m x n x k GEMM_BSR whose 16 x BK tiles (BK as the host
  * picks it, tsr_tile_bsr_bk) are stored at `density`, spread evenly: the
  * kernel model's walk over such a bitmap. */

@@ -108,10 +108,13 @@ void tsr_exec_print_plan(const tsr_exec_t *o, FILE *f) {
     } else {
       const tsr_hal_caps_t *c = &cd->caps;
       fprintf(f, "  dev%d %-7s %s: %ux%u MACs at %.0f MHz, %u x %.0f B/cycle memory, link %.1f "
-                 "GB/s + %.0f us, launch %.0f us; board %s\n",
+                 "GB/s + %.1f us%s, launch %.0f us%s; board %s\n",
               i, cd->name, c->name, c->array_rows, c->array_cols, c->clock_hz / 1e6,
               c->mem_ports ? c->mem_ports : 1, c->mem_bytes_per_cycle, c->link_bytes_per_s / 1e9,
-              c->link_latency_s * 1e6, c->launch_latency_s * 1e6,
+              tsr_hal_copy_latency_s(c) * 1e6,
+              (c->flags & TSR_HAL_CAP_HOST_MEM) ? " (host memory)" : "",
+              c->launch_latency_s * 1e6,
+              (c->flags & TSR_HAL_CAP_QUEUE) ? ", queue mode (a doorbell per ring)" : "",
               c->board[0] ? c->board : "none (the backend's own figures)");
     }
   }
@@ -171,7 +174,10 @@ static double board_time(const tsr_exec_dev_t *d, double *cycles_s, double *laun
    * latency that the host's work before it covers does not add */
   *launch_s = (double)d->launches * c->launch_latency_s - d->launch_hidden_s;
   if (*launch_s < 0) *launch_s = 0;
-  *link_s = (double)d->xfers * c->link_latency_s +
+  /* queue mode: each ring costs a doorbell instead; it follows the host
+   * work that writes its input, so nothing hides it */
+  *launch_s += (double)d->doorbells * c->doorbell_latency_s;
+  *link_s = (double)d->xfers * tsr_hal_copy_latency_s(c) +
             (c->link_bytes_per_s > 0 ? (double)d->xfer_bytes / c->link_bytes_per_s : 0);
   /* the runtime's own host work around the launches counts; the time inside
    * the backend's copy and submit calls does not: on the board the copies are
@@ -296,11 +302,21 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
     (void)board_time(d, &cyc_s, &launch_s, &link_s);
     fprintf(f, "  projected on the board: device %.3f ms (cycles) + launches %.3f ms (%" PRIu64
                " x %.0f us, less %.3f ms hidden behind the host's work before them: queued "
-               "ahead, ap_ctrl_chain) + transfers %.3f ms (%" PRIu64 " copies, %" PRIu64
-               " bytes, at %.1f GB/s + %.0f us each)\n",
+               "ahead, ap_ctrl_chain",
             cyc_s * 1e3, launch_s * 1e3, d->launches, c->launch_latency_s * 1e6,
-            d->launch_hidden_s * 1e3, link_s * 1e3, d->xfers, d->xfer_bytes,
-            c->link_bytes_per_s / 1e9, c->link_latency_s * 1e6);
+            d->launch_hidden_s * 1e3);
+    if (d->doorbells)
+      fprintf(f, "; and %" PRIu64 " doorbells x %.1f us", d->doorbells,
+              c->doorbell_latency_s * 1e6);
+    fprintf(f, ") + transfers %.3f ms (%" PRIu64 " copies, %" PRIu64
+               " bytes, at %.1f GB/s + %.1f us each%s)\n",
+            link_s * 1e3, d->xfers, d->xfer_bytes, c->link_bytes_per_s / 1e9,
+            tsr_hal_copy_latency_s(c) * 1e6,
+            (c->flags & TSR_HAL_CAP_HOST_MEM) ? ": host memory the kernel reaches" : "");
+    if (d->doorbells && o->passes)
+      fprintf(f, "  queue mode: %" PRIu64 " rings on %" PRIu64 " queue launch(es), %.2f rings "
+                 "per evaluation\n",
+              d->doorbells, d->launches, (double)d->doorbells / (double)o->passes);
     const int32_t layers = o->model->layer1 - o->model->layer0;
     if (o->passes && layers > 0)
       fprintf(f, "  launches: %.2f per evaluation, %.2f per evaluation and layer (%d layers; a "
@@ -308,15 +324,17 @@ void tsr_exec_print_stats(const tsr_exec_t *o, FILE *f) {
               (double)d->launches / (double)o->passes,
               (double)d->launches / (double)o->passes / layers, layers,
               o->pass_rows ? (double)d->launches / (double)o->pass_rows : 0.0);
-    const double per = d->launches ? 1e6 / (double)d->launches : 0.0;
+    /* rings: launches of their own, and those a queue ran */
+    const uint64_t rings = d->launches - d->q_opens + d->doorbells;
+    const double per = rings ? 1e6 / (double)rings : 0.0;
     fprintf(f, "  host wall time waiting for it: %.3f ms%s\n", d->wait_wall_s * 1e3,
             strncmp(d->cd->spec, "sim", 3) ? "" : " (simulation time, not hardware time)");
-    fprintf(f, "  host cost around its launches: %.3f ms, %.2f us per launch: runtime %.2f us "
+    fprintf(f, "  host cost around its rings: %.3f ms, %.2f us per ring: runtime %.2f us "
                "(descriptors, bookkeeping, dequantization) + backend copies/submit %.2f us; "
-               "%" PRIu64 " matmul rows, %.1f per launch\n",
+               "%" PRIu64 " matmul rows, %.1f per ring\n",
             d->host_overhead_s * 1e3, d->host_overhead_s * per,
             (d->host_overhead_s - d->hal_s) * per, d->hal_s * per, d->rows,
-            d->launches ? (double)d->rows / (double)d->launches : 0.0);
+            rings ? (double)d->rows / (double)rings : 0.0);
     fprintf(f, "  device memory read by its launches: %" PRIu64 " bytes (BYTES_RD)\n",
             d->bytes_rd);
     if (d->rings.size)

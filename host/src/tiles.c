@@ -24,6 +24,11 @@ uint32_t tsr_tile_w_channels(const tsr_hal_caps_t *c) {
   return p;
 }
 
+int32_t tsr_tile_k_pieces(const tsr_hal_caps_t *c, int32_t k) {
+  if (tsr_tile_w_channels(c) <= 1 || k <= TSR_TILE_K_CHUNK) return 1;
+  return (k + TSR_TILE_K_CHUNK - 1) / TSR_TILE_K_CHUNK;
+}
+
 void tsr_tile_w_stripe(int8_t *dst, const int8_t *src, int32_t n, int32_t k, uint32_t p) {
   const uint64_t per = ((uint64_t)n + p - 1) / p, cstride = per * (uint64_t)k;
   memset(dst, 0, tsr_tile_w_bytes(n, k, p));

@@ -79,15 +79,57 @@ static void test_group(void) {
   tsr_hal_caps_t c;
   tsr_km_timing_t t;
   board_device("u280", &c, &t);
+  /* the profile's own figures: 3 us a doorbell, 1 us to host memory */
+  CU_ASSERT_DOUBLE_EQUAL(c.doorbell_latency_s, 3e-6, 1e-15);
+  CU_ASSERT_DOUBLE_EQUAL(c.host_mem_latency_s, 1e-6, 1e-15);
+  CU_ASSERT_TRUE(c.flags & TSR_HAL_CAP_HOST_MEM);
   const int32_t ns[2] = {5632, 5632};
-  double dev = 0, xfer = 0;
-  tsr_proj_group(&c, &t, 1, 2048, ns, NULL, 2, &dev, &xfer);
-  /* activations 2048 bytes up, 2 x 5632 int32 down: two copies of 25 us at
-   * 12 GB/s (the ring of 4 descriptors stays resident in device memory) */
-  const double bytes = 2048.0 + 4.0 * 2 * 5632;
-  CU_ASSERT_DOUBLE_EQUAL(xfer, 2 * 25e-6 + bytes / 12e9, 1e-12);
   const double cyc = (double)(tsr_proj_gemm_cycles(&t, 1, 5632, 2048) * 2) / t.clock_hz;
+  double dev = 0, xfer = 0;
+  /* launched, staging in device memory: activations 2048 bytes up, 2 x 5632
+   * int32 down: two copies of 25 us at 12 GB/s (the ring of 4 descriptors
+   * stays resident in device memory) */
+  c.flags &= ~(uint32_t)TSR_HAL_CAP_HOST_MEM;
+  tsr_proj_group(&c, &t, 1, 2048, ns, NULL, 2, &dev, &xfer);
+  double bytes = 2048.0 + 4.0 * 2 * 5632;
+  CU_ASSERT_DOUBLE_EQUAL(xfer, 2 * 25e-6 + bytes / 12e9, 1e-12);
   CU_ASSERT_DOUBLE_EQUAL(dev, 70e-6 + cyc, 1e-12);
+  /* queue mode, host memory: a doorbell instead of the launch; three copies
+   * of 1 us, the descriptors (N in two chunks per member: 4) among them */
+  c.flags |= TSR_HAL_CAP_QUEUE | TSR_HAL_CAP_HOST_MEM;
+  tsr_proj_group(&c, &t, 1, 2048, ns, NULL, 2, &dev, &xfer);
+  bytes += 4 * 64.0;
+  CU_ASSERT_DOUBLE_EQUAL(xfer, 3 * 1e-6 + bytes / 12e9, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(dev, 3e-6 + cyc, 1e-12);
+}
+
+/* On a device with several read ports K is cut in pieces of 4096: each
+ * piece a descriptor of its own, priced as such, with its own partial sums
+ * coming back. The pieces stream at the channels' bandwidth where the whole
+ * K does not (its A row reloaded through port 0 for every n block). */
+static void test_k_pieces(void) {
+  tsr_hal_caps_t c;
+  tsr_km_timing_t t;
+  board_device("u280", &c, &t);
+  CU_ASSERT_EQUAL(tsr_tile_k_pieces(&c, 4096), 1);
+  CU_ASSERT_EQUAL(tsr_tile_k_pieces(&c, 4097), 2);
+  CU_ASSERT_EQUAL(tsr_tile_k_pieces(&c, 11008), 3);
+  const uint64_t whole = tsr_proj_gemm_cycles(&t, 1, 4096, 11008);
+  const uint64_t pieces = tsr_proj_gemm_cycles(&t, 1, 4096, 4096) * 2 +
+                          tsr_proj_gemm_cycles(&t, 1, 4096, 11008 - 8192);
+  CU_ASSERT_EQUAL(tsr_proj_pieces_cycles(&c, &t, 1, 4096, 11008, true), pieces);
+  const double ideal = 4096.0 * 11008 / 460e9, s = (double)pieces / t.clock_hz;
+  printf("REPORT u280 GEMV 1x4096x11008: whole K %.1f us, in 3 pieces %.1f us, %.1f us at "
+         "460 GB/s\n", (double)whole / t.clock_hz * 1e6, s * 1e6, ideal * 1e6);
+  CU_ASSERT_TRUE(s <= ideal * 1.10 && pieces < whole);
+  /* the group's copies carry three blocks of partial sums */
+  const int32_t ns[1] = {4096};
+  double dev = 0, xfer = 0;
+  tsr_proj_group(&c, &t, 1, 11008, ns, NULL, 1, &dev, &xfer);
+  CU_ASSERT_DOUBLE_EQUAL(xfer, 2 * 1e-6 + (11008.0 + 3 * 4096 * 4.0) / 12e9, 1e-12);
+  /* one port: K whole */
+  board_device("pcie-ddr4", &c, &t);
+  CU_ASSERT_EQUAL(tsr_tile_k_pieces(&c, 11008), 1);
 }
 
 /* Block-sparse weights are priced by the kernel model's walk over a bitmap
@@ -178,6 +220,7 @@ int main(void) {
   CU_add_test(s, "CPU roofline and TSR_CPU_PROFILE", test_cpu_roofline);
   CU_add_test(s, "GEMV at the boards' channel bandwidth", test_gemv_bandwidth);
   CU_add_test(s, "a group's launch, cycles and copies", test_group);
+  CU_add_test(s, "K in pieces on several read ports", test_k_pieces);
   CU_add_test(s, "block-sparse weights priced by the model's walk", test_bsr_price);
   CU_add_test(s, "a layer: placement and queued launches", test_model_overlap);
   CU_add_test(s, "weights striped over read ports", test_stripe);
