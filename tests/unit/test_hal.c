@@ -924,6 +924,255 @@ static void test_cross_refusal(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Queue mode: one launch over a ring of slots the host refills              */
+/* ------------------------------------------------------------------------ */
+
+#define Q_SLOTS 4
+
+/* A queue of `n` GEMM cases over Q_SLOTS slots: operands written, the
+ * queue-mode launch submitted (nothing published yet). */
+static void queue_open(tsr_hal_device_t *dev, ring_run_t *r, uint32_t n, uint64_t *fence) {
+  memset(r, 0, sizeof *r);
+  r->n = n;
+  r->cases = calloc(n, sizeof *r->cases);
+  for (uint32_t i = 0; i < n; i++)
+    add_case(&r->cases[i], 1 + rnd(i % 3 ? 20 : 2), 1 + rnd(40), 1 + rnd(300), rnd(5), rnd(5),
+             rnd(3), FILL_RANDOM, i == 3 ? FILL_EXTREME : FILL_RANDOM);
+  layout(r, dev);
+  r->before = malloc(r->size);
+  r->after = malloc(r->size);
+  memset(r->before, PATTERN, r->size);
+  for (uint32_t i = 0; i < n; i++) {
+    const gcase_t *c = &r->cases[i];
+    memcpy(r->before + c->a_off, c->a, c->a_bytes);
+    memcpy(r->before + c->w_off, c->w, c->w_bytes);
+  }
+  TSR_ASSERT_OK(dev->vt->write(dev, &r->buf, 0, r->before, r->size));
+  tsr_hal_command_t cmd = {.window_base = r->buf.addr + r->guard,
+                           .window_size = r->size - 2 * r->guard,
+                           .ring = r->buf.addr + r->ring_off, .n_desc = Q_SLOTS,
+                           .flags = TSR_HAL_CMD_QUEUE};
+  TSR_ASSERT_OK(dev->vt->submit(dev, &cmd, fence));
+}
+
+/* Writes descriptors [from, to) of r into their slots (i % Q_SLOTS), on
+ * the device and in r->before (the expected final memory). */
+static void queue_fill(tsr_hal_device_t *dev, ring_run_t *r, uint32_t from, uint32_t to) {
+  for (uint32_t i = from; i < to; i++) {
+    uint8_t *slot = r->before + r->ring_off + (uint64_t)(i % Q_SLOTS) * TSR_HW_DESC_BYTES;
+    tsr_desc_pack(slot, &r->cases[i].d);
+    TSR_ASSERT_OK(dev->vt->write(dev, &r->buf, r->ring_off + (uint64_t)(i % Q_SLOTS) *
+                                 TSR_HW_DESC_BYTES, slot, TSR_HW_DESC_BYTES));
+  }
+}
+
+static tsr_hal_device_t *open_queue_backend(const char *extra) {
+  char opts[96];
+  snprintf(opts, sizeof opts, "queue=1%s%s", extra ? "," : "", extra ? extra : "");
+  char spec[160];
+  snprintf(spec, sizeof spec, "%s:" MEM_OPTS ",%s", g_backend, opts);
+  tsr_hal_device_t *dev = NULL;
+  tsr_status_t s = tsr_hal_open(spec, &dev);
+  if (s && tsr_status_code(s) == TSR_STATUS_UNAVAILABLE) {
+    tsr_test_skip("%s", tsr_status_message(s));
+    tsr_status_free(s);
+    return NULL;
+  }
+  TSR_ASSERT_OK(s);
+  return dev;
+}
+
+/* Descriptors published in batches of 1, 3, 2, 4, 1 over 4 slots (the
+ * slots reused as they free up): every result equals the naive product,
+ * nothing else in the buffer changes, progress() reports each batch done
+ * and the counters grow with it, the launch ends only when closed. A
+ * backend without queue mode refuses such a launch. */
+static void test_queue_mode(void) {
+  if (strcmp(g_backend, "fmodel") && strcmp(g_backend, "sim")) {
+    tsr_hal_device_t *dev = open_backend(g_backend, NULL);
+    if (!dev) return;
+    tsr_hal_caps_t caps;
+    dev->vt->query_caps(dev, &caps);
+    CU_ASSERT_FALSE(caps.flags & TSR_HAL_CAP_QUEUE);
+    tsr_hal_buffer_t b;
+    TSR_ASSERT_OK(dev->vt->alloc(dev, 4096, 4096, &b));
+    tsr_hal_command_t cmd = {.window_base = b.addr, .window_size = b.size, .ring = b.addr,
+                             .n_desc = 1, .flags = TSR_HAL_CMD_QUEUE};
+    uint64_t f = 0;
+    TSR_ASSERT_ERR(dev->vt->submit(dev, &cmd, &f), TSR_STATUS_INVALID_ARGUMENT, "queue mode");
+    dev->vt->free(dev, &b);
+    tsr_hal_close(dev);
+    return;
+  }
+  tsr_hal_device_t *dev = open_queue_backend(NULL);
+  if (!dev) return;
+  tsr_hal_caps_t caps;
+  dev->vt->query_caps(dev, &caps);
+  CU_ASSERT_TRUE(caps.flags & TSR_HAL_CAP_QUEUE);
+  CU_ASSERT_TRUE(caps.doorbell_latency_s > 0);
+  ring_run_t r;
+  uint64_t fence = 0;
+  queue_open(dev, &r, 11, &fence);
+  const uint32_t batch[] = {1, 3, 2, 4, 1};
+  uint32_t tail = 0;
+  tsr_hal_result_t res, prev;
+  memset(&prev, 0, sizeof prev);
+  for (size_t b = 0; b < sizeof batch / sizeof batch[0]; b++) {
+    queue_fill(dev, &r, tail, tail + batch[b]);
+    tail += batch[b];
+    TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, tail, 0));
+    TSR_ASSERT_OK(dev->vt->progress(dev, fence, tail, WAIT_FOREVER, &res));
+    CU_ASSERT_EQUAL(res.hw_status, 0);
+    CU_ASSERT_EQUAL(res.desc_done, tail);
+    CU_ASSERT_TRUE(res.cycles > prev.cycles && res.macs > prev.macs);
+    prev = res;
+    /* still running: a wait that does not block times out */
+    TSR_ASSERT_ERR(dev->vt->wait(dev, fence, 0, NULL), TSR_STATUS_DEADLINE_EXCEEDED, "not done");
+  }
+  /* the host may not run ahead of the slots, nor go back */
+  TSR_ASSERT_ERR(dev->vt->doorbell(dev, fence, tail + Q_SLOTS + 1, 0),
+                 TSR_STATUS_INVALID_ARGUMENT, "slots");
+  TSR_ASSERT_ERR(dev->vt->doorbell(dev, fence, tail - 1, 0), TSR_STATUS_INVALID_ARGUMENT,
+                 "behind");
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, tail, 1));
+  TSR_ASSERT_OK(dev->vt->wait(dev, fence, WAIT_FOREVER, &r.res));
+  CU_ASSERT_EQUAL(r.res.hw_status, 0);
+  CU_ASSERT_EQUAL(r.res.desc_done, 11);
+  CU_ASSERT_EQUAL(r.res.macs, sum_macs(&r));
+  /* no work after the last batch: the close costs the finish's few cycles */
+  CU_ASSERT_TRUE(r.res.cycles >= prev.cycles && r.res.cycles <= prev.cycles + 8);
+  TSR_ASSERT_ERR(dev->vt->doorbell(dev, fence, tail, 0), TSR_STATUS_INVALID_ARGUMENT, "closed");
+  TSR_ASSERT_OK(dev->vt->read(dev, &r.buf, 0, r.after, r.size));
+  CU_ASSERT_EQUAL(verify(&r), 0);
+  printf("REPORT %s queue mode: 11 descriptors in 5 doorbells over %d slots, %" PRIu64
+         " cycles\n", g_backend, Q_SLOTS, r.res.cycles);
+  ring_free(&r, dev);
+
+  /* a refused descriptor ends the queue: its absolute index, nothing after
+   * it runs, and the launch is over */
+  queue_open(dev, &r, 6, &fence);
+  r.cases[4].d.m = 0;
+  r.cases[4].expect_written = false;
+  r.cases[5].expect_written = false;
+  queue_fill(dev, &r, 0, 3);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 3, 0));
+  TSR_ASSERT_OK(dev->vt->progress(dev, fence, 3, WAIT_FOREVER, &res));
+  queue_fill(dev, &r, 3, 6);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 6, 0));
+  TSR_ASSERT_OK(dev->vt->progress(dev, fence, 6, WAIT_FOREVER, &res));
+  CU_ASSERT_EQUAL(res.hw_status, TSR_HWERR_BAD_DIMS);
+  CU_ASSERT_EQUAL(res.err_index, 4);
+  CU_ASSERT_EQUAL(res.desc_done, 4);
+  TSR_ASSERT_OK(dev->vt->wait(dev, fence, WAIT_FOREVER, &r.res));
+  CU_ASSERT_EQUAL(r.res.hw_status, TSR_HWERR_BAD_DIMS);
+  TSR_ASSERT_ERR(dev->vt->doorbell(dev, fence, 6, 0), TSR_STATUS_DEVICE, "ended");
+  TSR_ASSERT_OK(dev->vt->read(dev, &r.buf, 0, r.after, r.size));
+  CU_ASSERT_EQUAL(verify(&r), 0);
+  ring_free(&r, dev);
+
+  /* a launch submitted behind an open queue runs once it is closed; a
+   * queue closed with nothing published ends at once */
+  queue_open(dev, &r, 2, &fence);
+  ring_run_t plain;
+  memset(&plain, 0, sizeof plain);
+  plain.n = 1;
+  plain.cases = calloc(1, sizeof *plain.cases);
+  add_case(&plain.cases[0], 3, 5, 7, 0, 0, 0, FILL_RANDOM, FILL_RANDOM);
+  layout(&plain, dev);
+  plain.before = malloc(plain.size);
+  plain.after = malloc(plain.size);
+  memset(plain.before, PATTERN, plain.size);
+  tsr_desc_pack(plain.before + plain.ring_off, &plain.cases[0].d);
+  memcpy(plain.before + plain.cases[0].a_off, plain.cases[0].a, plain.cases[0].a_bytes);
+  memcpy(plain.before + plain.cases[0].w_off, plain.cases[0].w, plain.cases[0].w_bytes);
+  TSR_ASSERT_OK(dev->vt->write(dev, &plain.buf, 0, plain.before, plain.size));
+  tsr_hal_command_t pc = {.window_base = plain.buf.addr, .window_size = plain.size,
+                          .ring = plain.buf.addr + plain.ring_off, .n_desc = 1};
+  uint64_t pf = 0;
+  TSR_ASSERT_OK(dev->vt->submit(dev, &pc, &pf));
+  queue_fill(dev, &r, 0, 2);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 2, 0));
+  TSR_ASSERT_OK(dev->vt->progress(dev, fence, 2, WAIT_FOREVER, &res));
+  TSR_ASSERT_ERR(dev->vt->wait(dev, pf, 0, NULL), TSR_STATUS_DEADLINE_EXCEEDED, "not done");
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 2, 1));
+  TSR_ASSERT_OK(dev->vt->wait(dev, pf, WAIT_FOREVER, &plain.res));
+  CU_ASSERT_EQUAL(plain.res.hw_status, 0);
+  TSR_ASSERT_OK(dev->vt->wait(dev, fence, WAIT_FOREVER, &r.res));
+  CU_ASSERT_EQUAL(r.res.desc_done, 2);
+  TSR_ASSERT_OK(dev->vt->read(dev, &plain.buf, 0, plain.after, plain.size));
+  CU_ASSERT_EQUAL(verify(&plain), 0);
+  TSR_ASSERT_OK(dev->vt->read(dev, &r.buf, 0, r.after, r.size));
+  CU_ASSERT_EQUAL(verify(&r), 0);
+  ring_free(&plain, dev);
+  ring_free(&r, dev);
+  queue_open(dev, &r, 1, &fence);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 0, 1));
+  TSR_ASSERT_OK(dev->vt->wait(dev, fence, WAIT_FOREVER, &r.res));
+  CU_ASSERT_EQUAL(r.res.hw_status, 0);
+  CU_ASSERT_EQUAL(r.res.desc_done, 0);
+  ring_free(&r, dev);
+
+  /* a reset aborts a queue waiting for its doorbell; the device works on */
+  queue_open(dev, &r, 2, &fence);
+  TSR_ASSERT_OK(dev->vt->reset(dev));
+  TSR_ASSERT_ERR(dev->vt->wait(dev, fence, WAIT_FOREVER, NULL), TSR_STATUS_DEVICE, "aborted");
+  ring_free(&r, dev);
+  ring_run_t again;
+  memset(&again, 0, sizeof again);
+  again.n = 2;
+  again.cases = calloc(2, sizeof *again.cases);
+  add_case(&again.cases[0], 2, 9, 33, 1, 0, 0, FILL_RANDOM, FILL_RANDOM);
+  add_case(&again.cases[1], 1, 17, 64, 0, 3, 1, FILL_RANDOM, FILL_RANDOM);
+  run_and_check(dev, &again);
+  ring_free(&again, dev);
+  tsr_hal_close(dev);
+}
+
+/* Fault injection counts doorbells as submissions: fail=3 (the launch,
+ * then doorbell 2) ends the queue with a refusal at the first descriptor of
+ * that doorbell, having run the first batch; hang=2 (the first doorbell)
+ * never completes, and a reset recovers. */
+static void test_queue_faults(void) {
+  if (strcmp(g_backend, "fmodel") && strcmp(g_backend, "sim")) {
+    tsr_test_skip("no queue mode on backend %s", g_backend);
+    return;
+  }
+  tsr_hal_device_t *dev = open_queue_backend("fail=3");
+  if (!dev) return;
+  ring_run_t r;
+  uint64_t fence = 0;
+  tsr_hal_result_t res;
+  queue_open(dev, &r, 4, &fence);
+  r.cases[2].expect_written = r.cases[3].expect_written = false;
+  queue_fill(dev, &r, 0, 2);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 2, 0));
+  TSR_ASSERT_OK(dev->vt->progress(dev, fence, 2, WAIT_FOREVER, &res));
+  CU_ASSERT_EQUAL(res.hw_status, 0);
+  queue_fill(dev, &r, 2, 4);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 4, 0));
+  TSR_ASSERT_OK(dev->vt->progress(dev, fence, 4, WAIT_FOREVER, &res));
+  CU_ASSERT_NOT_EQUAL(res.hw_status, 0);
+  CU_ASSERT_EQUAL(res.err_index, 2);
+  CU_ASSERT_EQUAL(res.desc_done, 2);
+  TSR_ASSERT_OK(dev->vt->read(dev, &r.buf, 0, r.after, r.size));
+  CU_ASSERT_EQUAL(verify(&r), 0);
+  ring_free(&r, dev);
+  tsr_hal_close(dev);
+
+  dev = open_queue_backend("hang=2");
+  if (!dev) return;
+  queue_open(dev, &r, 1, &fence);
+  queue_fill(dev, &r, 0, 1);
+  TSR_ASSERT_OK(dev->vt->doorbell(dev, fence, 1, 0));
+  TSR_ASSERT_ERR(dev->vt->progress(dev, fence, 1, 30 * 1000 * 1000, &res),
+                 TSR_STATUS_DEADLINE_EXCEEDED, "not done");
+  TSR_ASSERT_OK(dev->vt->reset(dev));
+  TSR_ASSERT_ERR(dev->vt->wait(dev, fence, WAIT_FOREVER, NULL), TSR_STATUS_DEVICE, "aborted");
+  ring_free(&r, dev);
+  tsr_hal_close(dev);
+}
+
+/* ------------------------------------------------------------------------ */
 
 /* Suites run in registration order: each backend suite takes the next
  * entry of g_list. */
@@ -949,6 +1198,8 @@ static void add_backend_suite(const char *name) {
   CU_add_test(s, "descriptor refusals", test_refusals);
   CU_add_test(s, "ring refusals", test_ring_refusals);
   CU_add_test(s, "wait timeout, reset, recovery", test_timeout_reset);
+  CU_add_test(s, "queue mode: doorbells, progress, close, refusals", test_queue_mode);
+  CU_add_test(s, "queue mode: fault injection", test_queue_faults);
 }
 
 int main(void) {

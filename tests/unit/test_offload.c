@@ -2,10 +2,12 @@
  * test_offload.c - the partitioner, the executor and the trace: placements
  * and their causes under given device parameters and batch sizes, descriptor
  * counts of odd shapes (bit-exact against the host), launches of a rows
- * split in flight together, fallback and --no-fallback, and the Chrome trace
- * as valid JSON with balanced events on the expected tracks.
+ * split in flight together, fallback and --no-fallback, queue mode and K in
+ * pieces, and the Chrome trace as valid JSON with balanced events on the
+ * expected tracks.
  */
 #include <ctype.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
 #include "host/src/offload.h"
 #include "tsr_test.h"
 
-static char small_model[512], odd_model[512], big_model[512];
+static char small_model[512], odd_model[512], big_model[512], kbig_model[512];
 
 static int setup(void) {
   return tsr_test_gen_model(small_model, sizeof small_model, "small", 64, 172, 5, 8, 4, 512,
@@ -22,6 +24,9 @@ static int setup(void) {
          tsr_test_gen_model(odd_model, sizeof odd_model, "odd", 72, 200, 3, 6, 3,
                             TSR_TILE_N_CHUNK + 3, 128, 5) ||
          tsr_test_gen_model(big_model, sizeof big_model, "big", 1024, 2816, 1, 16, 16, 512, 128,
+                            5) ||
+         /* ffn_down's K = 4200: two K pieces on a device with several ports */
+         tsr_test_gen_model(kbig_model, sizeof kbig_model, "kbig", 64, 4200, 2, 8, 4, 512, 128,
                             5);
 }
 
@@ -270,8 +275,11 @@ static long group_vs_naive(tsr_exec_t *e, int32_t lead, int32_t R, uint64_t seed
     x[t] = (float)((double)(tsr_test_splitmix64(&seed) >> 11) / 4503599627370496.0 - 1.0);
   for (int j = 0; j < cnt; j++)
     outs[j] = malloc(sizeof(float) * (size_t)R * (size_t)e->graph.nodes[lead + j].n);
+  /* (acc: room for every K piece's partial sums, exec.c mm_prepare) */
   tsr_offload_scratch_t sc = {malloc((size_t)R * (size_t)k), malloc(sizeof(float) * (size_t)R),
-                              malloc(sizeof(int32_t) * (size_t)R * (size_t)n_sum), NULL};
+                              malloc(sizeof(int32_t) * (size_t)R * (size_t)n_sum *
+                                     (size_t)e->k_pieces),
+                              NULL};
   long bad = 0;
   tsr_status_t st = tsr_exec_matmul_group(e, pl, lead, R, x, outs, &sc);
   CU_ASSERT_EQUAL(tsr_status_code(st), TSR_STATUS_OK);
@@ -406,6 +414,89 @@ static void test_resident_rings(void) {
   CU_ASSERT_EQUAL(bad, 0);
   rig_close(&r);
   free(logits);
+}
+
+/* Queue mode (one launch kept running, a doorbell per group) with K in
+ * pieces (4 read ports, ffn_down's K = 4200): every group equals the naive
+ * product, the logits equal the host's, and the device ran one queue-mode
+ * launch for every ring. A second engine on the same device closes the
+ * first one's queue to run its own, and the first reopens it; a failed and
+ * a hung doorbell are retried and the logits do not change. */
+static void test_queue_mode(void) {
+  enum { R = 5 };
+  const int vocab = 512;
+  float ref[512], got[512];
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, kbig_model, "cpu", TSR_OFFLOAD_AUTO, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) run_tokens(r.sess, ref, vocab);
+  rig_close(&r);
+  TSR_ASSERT_OK(rig_open(&r, kbig_model, "fmodel:ports=4,queue=1", TSR_OFFLOAD_ALL, NULL, true,
+                         NULL, TSR_PRECISION_INT8));
+  if (!r.sess) {
+    rig_close(&r);
+    return;
+  }
+  run_tokens(r.sess, got, vocab);
+  CU_ASSERT_EQUAL(memcmp(ref, got, sizeof ref), 0);
+  tsr_exec_t *e = tsr_session_exec(r.sess);
+  tsr_exec_dev_t *d = &e->devs[0];
+  CU_ASSERT_TRUE(d->cd->caps.flags & TSR_HAL_CAP_QUEUE);
+  CU_ASSERT_EQUAL(e->k_pieces, 2);
+  CU_ASSERT_EQUAL(d->q_opens, 1);
+  CU_ASSERT_EQUAL(d->launches, 1);
+  CU_ASSERT_TRUE(d->doorbells >= 6 * 4 * 2); /* 6 evaluations, 4 groups a layer, 2 layers */
+  long bad = 0;
+  int groups = 0;
+  for (int32_t i = 0; i < e->graph.n_nodes; i++)
+    if (e->graph.nodes[i].op == TSR_NODE_MATMUL && e->graph.nodes[i].group == i) {
+      bad += group_vs_naive(e, i, R, 40 + (uint64_t)i);
+      groups++;
+    }
+  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT_EQUAL(d->q_opens, 1);
+  printf("REPORT offload queue mode: %d groups equal the naive reference (ffn_down in %d K "
+         "pieces), %" PRIu64 " doorbells on %" PRIu64 " launch\n",
+         groups, e->k_pieces, d->doorbells, d->launches);
+  /* a second engine on the device: the queues take turns */
+  tsr_model_t *m2 = NULL;
+  tsr_session_t *s2 = NULL;
+  TSR_ASSERT_OK(tsr_model_load(r.ctx, kbig_model, NULL, &m2));
+  tsr_session_options_t so;
+  tsr_session_options_init(&so);
+  so.precision = TSR_PRECISION_INT8;
+  if (m2) TSR_ASSERT_OK(tsr_session_create(m2, &so, &s2));
+  if (s2) {
+    float got2[512];
+    run_tokens(s2, got2, vocab);
+    CU_ASSERT_EQUAL(memcmp(ref, got2, sizeof ref), 0);
+    tsr_exec_dev_t *d2 = &tsr_session_exec(s2)->devs[0];
+    CU_ASSERT_EQUAL(d2->q_opens, 1);
+    CU_ASSERT_PTR_EQUAL(d->cd->q_holder, d2);
+    /* the first engine again: it closes the second's queue, opens its own */
+    int32_t lead = 0;
+    while (lead < e->graph.n_nodes && e->graph.nodes[lead].op != TSR_NODE_MATMUL) lead++;
+    CU_ASSERT_EQUAL(group_vs_naive(e, lead, R, 7), 0);
+    CU_ASSERT_EQUAL(d->q_opens, 2);
+    CU_ASSERT_PTR_EQUAL(d->cd->q_holder, d);
+  }
+  tsr_session_destroy(s2);
+  tsr_model_destroy(m2);
+  rig_close(&r);
+  /* faults in queue mode: submission 6 (a doorbell) fails, 9 hangs */
+  const char *faults[] = {"fmodel:ports=4,queue=1,fail=6", "fmodel:ports=4,queue=1,hang=9"};
+  for (int f = 0; f < 2; f++) {
+    TSR_ASSERT_OK(rig_open(&r, kbig_model, faults[f], TSR_OFFLOAD_ALL, NULL, true, NULL,
+                           TSR_PRECISION_INT8));
+    if (r.sess) {
+      run_tokens(r.sess, got, vocab);
+      CU_ASSERT_EQUAL(memcmp(ref, got, sizeof ref), 0);
+      const tsr_exec_dev_t *dv = &tsr_session_exec(r.sess)->devs[0];
+      CU_ASSERT_TRUE(dv->rs.retries >= 1);
+      CU_ASSERT_TRUE(dv->q_opens >= 2); /* the retry opened a new queue */
+    }
+    rig_close(&r);
+  }
 }
 
 /* Faults: a failed command is retried; with no retries it falls back; a
@@ -607,6 +698,7 @@ int main(void) {
   CU_add_test(s, "matmul groups on the device == naive reference", test_groups_equal_naive);
   CU_add_test(s, "a matmul group's ring stays resident, results exact", test_resident_rings);
   CU_add_test(s, "fallback and --no-fallback", test_fallback);
+  CU_add_test(s, "queue mode, K in pieces, two engines, faults", test_queue_mode);
   CU_add_test(s, "trace is JSON, balanced, split launches in flight together", test_trace);
   return tsr_test_run_all();
 }
