@@ -21,10 +21,14 @@
  *     32000) has no file: its CPU figure is projected from the CPU profile,
  *     its light ops scaled from `large`'s by layers and dim;
  *   - the board: every matmul group through tsr_proj_model (project.c):
- *     the kernel's cycle model on the shapes alone, launch latency and
- *     two copies per launch (the ring stays resident), placed where it
- *     pays by the rule of the `auto` policy (plan.c), launches queued ahead (ap_ctrl_chain) so a
- *     launch's latency overlaps the light ops before it. No tile runs.
+ *     the kernel's cycle model on the shapes alone (K in pieces where the
+ *     executor cuts it), launch latency and two copies per launch (the
+ *     ring stays resident), or on a board with doorbell_us a doorbell and
+ *     three copies (queue mode), each at the host memory latency where the
+ *     board has host memory access; placed where it pays by the rule of
+ *     the `auto` policy (plan.c), launches queued ahead (ap_ctrl_chain) so
+ *     a launch's latency overlaps the light ops before it (a doorbell
+ *     follows them). No tile runs.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -437,11 +441,14 @@ static void print_board(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t 
   const tsr_hal_caps_t *c = &d->caps;
   const unsigned ports = c->mem_ports ? c->mem_ports : 1;
   printf("\nboard %s (%s): %ux%u MACs at %.0f MHz; %u read port%s x %.2f GB/s = %.1f GB/s; "
-         "link %.2f GB/s, %.0f us per copy, %.0f us per launch\n",
+         "link %.2f GB/s, %.1f us per copy%s, %.1f us per %s\n",
          d->label, c->name, c->array_rows, c->array_cols, c->clock_hz / 1e6, ports,
          ports == 1 ? "" : "s", c->mem_bytes_per_cycle * c->clock_hz / 1e9,
          ports * c->mem_bytes_per_cycle * c->clock_hz / 1e9, c->link_bytes_per_s / 1e9,
-         c->link_latency_s * 1e6, c->launch_latency_s * 1e6);
+         tsr_hal_copy_latency_s(c) * 1e6,
+         (c->flags & TSR_HAL_CAP_HOST_MEM) ? " (host memory the kernel reaches)" : "",
+         tsr_hal_ring_latency_s(c) * 1e6,
+         (c->flags & TSR_HAL_CAP_QUEUE) ? "doorbell (queue mode)" : "launch");
   printf("  %-11s %8s %-7s %4s %11s %11s %11s %11s %8s %11s %8s %8s  %s\n", "model", "params",
          "phase", "B", "cpu meas", "cpu model", "board", "board serl", "speedup", "all on brd",
          "all", "launches", "groups on the board (auto)");

@@ -59,6 +59,14 @@ int tsr_cmd_devices(int argc, char **argv) {
            "%.0f us per transfer, %.0f us per launch\n",
            c.mem_size >> 20, c.mem_bytes_per_cycle, c.mem_bytes_per_cycle * c.clock_hz / 1e9,
            c.link_bytes_per_s / 1e9, c.link_latency_s * 1e6, c.launch_latency_s * 1e6);
+    if (c.flags & (TSR_HAL_CAP_QUEUE | TSR_HAL_CAP_HOST_MEM))
+      printf("        %s%.1f us per doorbell%s%s%.1f us to host memory%s\n",
+             (c.flags & TSR_HAL_CAP_QUEUE) ? "queue mode: " : "",
+             (c.flags & TSR_HAL_CAP_QUEUE) ? c.doorbell_latency_s * 1e6 : 0.0,
+             (c.flags & TSR_HAL_CAP_QUEUE) ? "" : " (no queue mode)",
+             (c.flags & TSR_HAL_CAP_HOST_MEM) ? "; staging in host memory, " : "; ",
+             (c.flags & TSR_HAL_CAP_HOST_MEM) ? c.host_mem_latency_s * 1e6 : 0.0,
+             (c.flags & TSR_HAL_CAP_HOST_MEM) ? " per copy" : " (none: DMA copies)");
     if (c.board[0])
       printf("        board %s, %u read port(s) of %.0f B/cycle\n", c.board,
              c.mem_ports ? c.mem_ports : 1, c.mem_bytes_per_cycle);
@@ -77,11 +85,15 @@ int tsr_cmd_devices(int argc, char **argv) {
       continue;
     }
     printf("  %-12s %s: %ux%u MACs at %.0f MHz; %u x %.2f GB/s %s (%u port%s); %s %.2f GB/s "
-           "+ %.0f us per transfer, %.0f us per launch\n",
+           "+ %.0f us per transfer, %.0f us per launch",
            b.name, b.title, b.array_rows, b.array_cols, b.clock_hz / 1e6, b.mem_channels,
            b.channel_bytes_per_s / 1e9, b.memory[0] ? b.memory : "memory", b.ports,
            b.ports == 1 ? "" : "s", b.link[0] ? b.link : "link", b.link_bytes_per_s / 1e9,
            b.link_latency_s * 1e6, b.launch_latency_s * 1e6);
+    if (b.doorbell_latency_s > 0) printf(", %.1f us per doorbell", b.doorbell_latency_s * 1e6);
+    if (b.host_mem_latency_s > 0)
+      printf(", host memory access %.1f us", b.host_mem_latency_s * 1e6);
+    printf("\n");
   }
   return 0;
 }
