@@ -91,7 +91,10 @@
 #define FAULT aux[1]
 #define SIM_FAULT_FAIL 1u
 #define SIM_FAULT_HANG 2u
-/* Cycles a poll runs a queue-mode launch between looks at DESC_DONE. */
+/* Cycles a poll runs a queue-mode launch between looks at DESC_DONE: from
+ * the first after a doorbell, doubling up to the last (a ring of a decode
+ * step is a few hundred cycles; the simulator should not run far past it). */
+#define SIM_QUEUE_SLICE_FIRST 128u
 #define SIM_QUEUE_SLICE 4096u
 
 typedef struct sim_device {
@@ -107,6 +110,7 @@ typedef struct sim_device {
   uint64_t max_cycles;
   tsr_queue_t q;   /* fences, completions, and the lock of the model */
   uint64_t chunk;  /* cycles the next poll runs (grows per launch)   */
+  uint64_t qchunk; /* queue mode: cycles the next poll runs (grows per ring) */
   uint64_t fail_at, hang_at, lost_at; /* fault injection, 0 = never */
   uint64_t subs;   /* submissions (launches, doorbells) so far, under the lock */
   bool queue_hw;   /* the RTL runs queue mode (HW_FEAT, interface version 4) */
@@ -534,6 +538,7 @@ static tsr_status_t sim_doorbell_hook(void *impl, tsr_queue_t *q, uint64_t fence
   const uint64_t fault = more ? next_fault(dev) : 0;
   if (c->state != TSR_QUEUE_STARTED || c->FAULT == SIM_FAULT_HANG) return TSR_OK;
   if (fault == SIM_FAULT_HANG) return TSR_OK;
+  dev->qchunk = SIM_QUEUE_SLICE_FIRST;
   if (fault == SIM_FAULT_FAIL) {
     SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_Q_TAIL,
                                  c->live.desc_done + c->cmd.n_desc + 1), "writing Q_TAIL");
@@ -566,7 +571,11 @@ static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_
     return TSR_OK;
   }
   uint64_t budget = dev->chunk < dev->max_cycles - used ? dev->chunk : dev->max_cycles - used;
-  if (queue && budget > SIM_QUEUE_SLICE) budget = SIM_QUEUE_SLICE;
+  if (queue) {
+    if (dev->qchunk < SIM_QUEUE_SLICE_FIRST) dev->qchunk = SIM_QUEUE_SLICE_FIRST;
+    if (budget > dev->qchunk) budget = dev->qchunk;
+    if (dev->qchunk < SIM_QUEUE_SLICE) dev->qchunk *= 2;
+  }
   uint64_t ran = 0, t0 = tsr_hal_now_ns();
   int rc = dev->api.run(dev->sim, budget, 1, &ran);
   uint64_t took = tsr_hal_now_ns() - t0;
@@ -587,9 +596,13 @@ static tsr_status_t sim_poll(void *impl, tsr_queue_t *q, uint64_t fence, uint64_
     uint64_t next = tsr_queue_oldest_pending(q);
     if (next) TSR_RETURN_IF(start_cmd(dev, next, tsr_queue_cmd(q, next)));
   } else if (queue) {
-    tsr_hal_result_t live;
-    TSR_RETURN_IF(read_live(dev, &live));
-    tsr_queue_set_live(q, head, &live);
+    /* DESC_DONE every slice; the other counters when it moved */
+    tsr_hal_result_t live = h->live;
+    TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &live.desc_done));
+    if (live.desc_done != h->live.desc_done) {
+      TSR_RETURN_IF(read_live(dev, &live));
+      tsr_queue_set_live(q, head, &live);
+    }
     /* caught up with the doorbell: nothing to run until the host rings */
     if (live.desc_done == h->q_tail && !h->q_close) *idle = true;
   }
