@@ -190,6 +190,8 @@ typedef struct input {
   int n_noise;      /* register writes before and among the arguments */
   noise_t noise[MAX_NOISE];
   int exact_end;    /* the model's mapping: window end (1) or start (0) on a page edge */
+  uint32_t q_ctrl;  /* Q_CTRL written after the noise: 0, or queue mode with close */
+  uint32_t q_tail;  /* Q_TAIL then (queue mode: descriptors published) */
 } input_t;
 
 typedef struct outcome {
@@ -494,7 +496,7 @@ static const char *gen_window(input_t *in) {
 /* Register writes around the arguments: interrupt registers, offsets that
  * name nothing, read-only registers, SLVERR offsets, junk argument words. */
 static void gen_noise(input_t *in) {
-  static const uint32_t gaps[] = {0x18, 0x24, 0x30, 0x38, 0x3C, 0x78, 0x7C};
+  static const uint32_t gaps[] = {0x18, 0x24, 0x30, TSR_REG_Q_CTRL, TSR_REG_Q_TAIL, 0x78, 0x7C};
   static const uint32_t args[] = {TSR_ARG_MEM_BASE, TSR_ARG_MEM_BASE + 4, TSR_ARG_MEM_SIZE,
                                   TSR_ARG_MEM_SIZE + 4, TSR_ARG_RING, TSR_ARG_RING + 4,
                                   TSR_ARG_N_DESC};
@@ -597,7 +599,15 @@ static void gen_input(uint64_t seed, uint64_t idx, input_t *in) {
       if (chance(60)) gen_random_desc(in, in->slot[j]);
     what = "random descriptors";
   }
-  snprintf(in->cls, sizeof in->cls, "%s%s%s", wcls ? wcls : "", wcls ? "; " : "", what);
+  /* queue mode, closed at once: the first Q_TAIL descriptors run from
+   * their slots, or a tail past the slots is refused (QUEUE_TAIL) */
+  const bool queue = chance(15);
+  if (queue) {
+    in->q_ctrl = TSR_HW_Q_CTRL_QUEUE | TSR_HW_Q_CTRL_CLOSE;
+    in->q_tail = chance(15) ? in->n_desc + (uint32_t)range(1, 3) : (uint32_t)below(in->n_desc + 1);
+  }
+  snprintf(in->cls, sizeof in->cls, "%s%s%s%s", wcls ? wcls : "", wcls ? "; " : "", what,
+           queue ? "; queue mode" : "");
   gen_noise(in);
 }
 
@@ -683,8 +693,26 @@ static void fm_prepare(const input_t *in, fm_map_t *m) {
 static int fm_run(const input_t *in, const fm_map_t *m, tsr_hal_result_t *res, uint64_t *fault) {
   tsr_km_timing_t t = timing_of(in->inst);
   tsr_km_memory_t mem = {g_fm + m->delta, PHYS_BASE, PHYS_SIZE};
-  tsr_hal_command_t cmd = {in->wb, in->ws, in->ring, in->n_desc};
+  tsr_hal_command_t cmd = {in->wb, in->ws, in->ring, in->n_desc, 0};
   memset(res, 0, sizeof *res);
+  /* queue mode, closed (hw/regmap.def Q_CTRL): the ring check over the
+   * N_DESC slots; a tail past them is refused before any fetch; else the
+   * first Q_TAIL descriptors run as a ring of their own */
+  if (in->q_ctrl & TSR_HW_Q_CTRL_QUEUE) {
+    const unsigned __int128 end = (unsigned __int128)in->ring +
+                                  (unsigned __int128)in->n_desc * TSR_HW_DESC_BYTES;
+    const bool ring_bad = in->n_desc && (in->ring % 64 || in->ring < in->wb ||
+                                         end > (unsigned __int128)in->wb + in->ws);
+    if (in->n_desc && ring_bad) {
+      res->hw_status = TSR_HWERR_RING_RANGE;
+      return 0;
+    }
+    if (in->n_desc && in->q_tail > in->n_desc) {
+      res->hw_status = TSR_HWERR_QUEUE_TAIL;
+      return 0;
+    }
+    cmd.n_desc = in->n_desc ? in->q_tail : 0;
+  }
   if (sigsetjmp(g_jmp, 1)) {
     g_in_model = 0;
     LSAN_ON();
@@ -726,8 +754,9 @@ static bool is_arg_word(uint32_t off) {
          off == TSR_ARG_N_DESC;
 }
 static bool is_gap(uint32_t off) {
-  if (!is_named_or_gap(off) || is_arg_word(off)) return false;
-  return (off >= TSR_ARG_MEM_BASE && off < TSR_STAT_STATUS) || off >= TSR_STAT_HW_OPS + 4;
+  if (!is_named_or_gap(off) || is_arg_word(off) || off == TSR_REG_Q_CTRL || off == TSR_REG_Q_TAIL)
+    return false;
+  return (off >= TSR_ARG_MEM_BASE && off < TSR_STAT_STATUS) || off >= TSR_STAT_HW_FEAT + 4;
 }
 
 #define REG_FAIL(o, ...) \
@@ -766,6 +795,18 @@ static void rtl_run(const input_t *in, uint64_t bound, rtl_out_t *o) {
     int rc = api.reg_write(s, argw[i][0], argw[i][1]);
     if (rc) REG_FAIL(o, "write arg 0x%02x: rc %d", argw[i][0], rc);
   }
+  /* the queue registers as the input has them (the noise may have written
+   * them): read back as written */
+  if (api.reg_write(s, TSR_REG_Q_TAIL, in->q_tail) || api.reg_write(s, TSR_REG_Q_CTRL, in->q_ctrl))
+    REG_FAIL(o, "write Q_TAIL/Q_CTRL failed");
+  uint32_t qv[2] = {0, 0};
+  if (rd32(s, TSR_REG_Q_TAIL, &qv[0]) || rd32(s, TSR_REG_Q_CTRL, &qv[1]) ||
+      qv[0] != in->q_tail || qv[1] != in->q_ctrl)
+    REG_FAIL(o, "Q_TAIL/Q_CTRL read 0x%x/0x%x, wrote 0x%x/0x%x", qv[0], qv[1], in->q_tail,
+             in->q_ctrl);
+  uint32_t feat = 0;
+  if (rd32(s, TSR_STAT_HW_FEAT, &feat) || feat != TSR_HW_FEAT_QUEUE)
+    REG_FAIL(o, "HW_FEAT 0x%08x", feat);
   for (int i = 0; i < NARG; i++) {
     uint32_t v = 0;
     if (rd32(s, argw[i][0], &v) || v != argw[i][1])
@@ -873,15 +914,32 @@ static uint64_t cycle_bound(const input_t *in, const fm_map_t *m, const tsr_hal_
 
 typedef struct stats {
   uint64_t inputs, valid, invalid, disagreements, strays, hangs;
-  uint64_t by_status[8];
+  uint64_t by_status[16];
+  uint64_t queue;       /* inputs in queue mode */
   double max_ratio; /* RTL cycles / bound */
   uint64_t rtl_cycles;
 } stats_t;
 
+/* The short name of a TSR_HWERR code, from hw/regmap.def. */
 static const char *hwerr_name(uint32_t s) {
-  static const char *names[] = {"OK", "BAD_OPCODE", "BAD_DIMS", "BAD_STRIDE", "ADDR_RANGE",
-                                "RING_RANGE", "AXI_ERROR"};
-  return s < 7 ? names[s] : "?";
+  static const char *names[16] = {
+#define TSR_REG(...)
+#define TSR_ARG(...)
+#define TSR_STAT(...)
+#define TSR_DESC(...)
+#define TSR_CONST(...)
+#define TSR_OP(...)
+#define TSR_HWERR(name, val, desc) [val] = #name,
+#include "hw/regmap.def"
+#undef TSR_REG
+#undef TSR_ARG
+#undef TSR_STAT
+#undef TSR_DESC
+#undef TSR_CONST
+#undef TSR_OP
+#undef TSR_HWERR
+  };
+  return s < 16 && names[s] ? names[s] : "?";
 }
 
 static void dump_result(const char *who, const tsr_hal_result_t *r) {
@@ -900,8 +958,8 @@ static void dump_input(uint64_t seed, uint64_t idx, const input_t *in) {
          inst_mem[in->inst].outstanding, in->fill_kind, in->fill_seed,
          in->exact_end ? "end" : "start");
   printf("    MEM_BASE 0x%016" PRIx64 " MEM_SIZE 0x%016" PRIx64 " RING 0x%016" PRIx64
-         " N_DESC %u (memory 0x%" PRIx64 "+0x%" PRIx64 ")\n", in->wb, in->ws, in->ring,
-         in->n_desc, PHYS_BASE, PHYS_SIZE);
+         " N_DESC %u (memory 0x%" PRIx64 "+0x%" PRIx64 ") Q_CTRL 0x%x Q_TAIL %u\n", in->wb,
+         in->ws, in->ring, in->n_desc, PHYS_BASE, PHYS_SIZE, in->q_ctrl, in->q_tail);
   for (int j = 0; j < in->n_slots; j++) {
     tsr_desc_t d;
     tsr_desc_unpack(&d, in->slot[j]);
@@ -1027,7 +1085,8 @@ static int run_input(uint64_t seed, uint64_t idx, const input_t *in, stats_t *st
   st->inputs++;
   if (fm.hw_status == TSR_HWERR_OK && in->n_desc) st->valid++;
   else st->invalid++;
-  if (fm.hw_status < 8) st->by_status[fm.hw_status]++;
+  if (fm.hw_status < 16) st->by_status[fm.hw_status]++;
+  if (in->q_ctrl) st->queue++;
   if (ro.stray.reads || ro.stray.writes || fm_fault || guard >= 0) st->strays++;
   if (ro.run_rc == 0) st->hangs++;
   if (ran) {
@@ -1108,15 +1167,30 @@ static void test_regressions(void) {
   input_t in;
 
   /* RTL, register file: the argument block stored writes to the words that
-   * name nothing (0x18, 0x24, 0x30, 0x38, 0x3C) and read them back;
-   * hw/README.md: unnamed offsets read 0 and ignore writes. */
-  static const uint32_t gaps[] = {0x18, 0x24, 0x30, 0x38, 0x3C};
+   * name nothing (0x18, 0x24, 0x30) and read them back; hw/README.md:
+   * unnamed offsets read 0 and ignore writes. */
+  static const uint32_t gaps[] = {0x18, 0x24, 0x30};
   for (int inst = 0; inst < N_INST; inst++) {
     hand_input(&in, "regression: argument gaps", inst, wb, 0x8000);
     in.ring = wb, in.n_desc = 1;
     put_gemm(&in, 0, 5, 7, 33, wb + 0x100, wb + 0x400, wb + 0x800);
-    for (int i = 0; i < 5; i++) in.noise[in.n_noise++] = (noise_t){gaps[i], 0xdeadbeefu + i};
+    for (int i = 0; i < 3; i++) in.noise[in.n_noise++] = (noise_t){gaps[i], 0xdeadbeefu + i};
     CU_ASSERT_EQUAL(run_input(0, 1000 + (uint64_t)inst, &in, &st), 0);
+  }
+
+  /* queue mode, closed at once: two of three descriptors published run;
+   * a tail one past the three slots is refused before any fetch */
+  for (int inst = 0; inst < N_INST; inst++) {
+    for (uint32_t tail = 2; tail <= 4; tail += 2) {
+      hand_input(&in, "regression: queue mode closed", inst, wb, 0x8000);
+      in.ring = wb, in.n_desc = 3;
+      put_gemm(&in, 0, 5, 7, 33, wb + 0x100, wb + 0x400, wb + 0x800);
+      put_gemm(&in, 1, 3, 9, 20, wb + 0x1100, wb + 0x1400, wb + 0x1800);
+      put_gemm(&in, 2, 2, 2, 2, wb + 0x2100, wb + 0x2400, wb + 0x2800);
+      in.q_ctrl = TSR_HW_Q_CTRL_QUEUE | TSR_HW_Q_CTRL_CLOSE;
+      in.q_tail = tail;
+      CU_ASSERT_EQUAL(run_input(0, 3000 + (uint64_t)inst * 8 + tail, &in, &st), 0);
+    }
   }
 
   /* Model, counters: a descriptor fetch answered DECERR (the window
@@ -1236,9 +1310,9 @@ static void test_random(void) {
          ", %.1f s, %.2f M RTL cycles, worst cycles/bound %.3f; model status:", st.inputs,
          st.valid, st.invalid, st.disagreements, st.strays, st.hangs, seed, secs,
          (double)st.rtl_cycles / 1e6, st.max_ratio);
-  for (int s = 0; s < 7; s++)
+  for (int s = 0; s < 16; s++)
     if (st.by_status[s]) printf(" %s %" PRIu64, hwerr_name((uint32_t)s), st.by_status[s]);
-  printf("\n");
+  printf("; %" PRIu64 " in queue mode\n", st.queue);
   CU_ASSERT_EQUAL(st.disagreements, 0);
 }
 
