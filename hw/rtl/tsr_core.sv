@@ -27,12 +27,15 @@ module tsr_core #(
   input  logic [63:0]          mem_base_i,    // window base
   input  logic [63:0]          mem_size_i,    // window size
   input  logic [63:0]          ring_i,        // first descriptor
-  input  logic [31:0]          n_desc_i,      // descriptors
+  input  logic [31:0]          n_desc_i,      // descriptors (queue mode: ring slots)
+  input  logic                 queue_i,       // with start_i: queue mode
+  input  logic                 q_close_i,     // queue mode: close (live)
+  input  logic [31:0]          q_tail_i,      // queue mode: Q_TAIL (live)
   output logic                 done_o,        // pulse: run finished
   output logic [31:0]          status_o,      // TSR_HWERR_* of the run
   output logic [31:0]          err_index_o,   // failing descriptor
   output logic [31:0]          desc_done_o,   // descriptors completed
-  output logic [63:0]          cyc_busy_o,    // cycles running
+  output logic [63:0]          cyc_busy_o,    // cycles running, less the doorbell waits
   output logic [63:0]          cyc_stall_o,   // cycles the array waited for memory
   output logic [63:0]          bytes_rd_o,    // bytes read
   output logic [63:0]          bytes_wr_o,    // bytes written
@@ -103,7 +106,7 @@ module tsr_core #(
 
   // ---------------------------------------------------------------- wiring
   // descriptor unit
-  logic        fetch_valid, exec, exec_gemv, running, executing, barrier_ok;
+  logic        fetch_valid, exec, exec_gemv, running, executing, barrier_ok, q_wait;
   logic [63:0] fetch_addr, d_a, d_w, d_c, win_base;
   logic        striped, d_bsr, d_bk128;
   logic [31:0] d_cstride;
@@ -189,7 +192,7 @@ module tsr_core #(
   // ---------------------------------------------------------------- engines
   tsr_desc_unit #(.Cols(Cols), .DataBytes(DataBytes), .NumPorts(NumPorts), .Bsr(Bsr)) u_desc (
     .clk_i, .rst_ni,
-    .start_i, .mem_base_i, .mem_size_i, .ring_i, .n_desc_i,
+    .start_i, .mem_base_i, .mem_size_i, .ring_i, .n_desc_i, .queue_i, .q_close_i, .q_tail_i,
     .fetch_valid_o (fetch_valid), .fetch_addr_o (fetch_addr), .fetch_len_o (fetch_len),
     .fetch_bank_o (fetch_bank), .fetch_ready_i (seg_ready),
     .desc_we_i (buf_we && buf_dest == DestDesc && buf_bank == BankDesc),
@@ -197,7 +200,7 @@ module tsr_core #(
     .bm_word_i (buf_waddr[0]), .bm_kmask_o (bm_kmask), .desc_word_i (buf_wdata[511:0]),
     .reads_idle_i (segs_done_q == segs_issued_q), .axi_err_i (rd_err || wr_err),
     .exec_o (exec), .gemv_o (exec_gemv), .loader_idle_i (l_idle), .barrier_ok_i (barrier_ok),
-    .running_o (running), .executing_o (executing),
+    .running_o (running), .executing_o (executing), .q_wait_o (q_wait),
     .m_o (d_m), .n_o (d_n), .k_o (d_k), .lda_o (d_lda), .ldw_o (d_ldw), .ldc_o (d_ldc),
     .a_addr_o (d_a), .w_addr_o (d_w), .c_addr_o (d_c),
     .striped_o (striped), .w_cstride_o (d_cstride),
@@ -446,7 +449,8 @@ module tsr_core #(
       segs_issued_d[p*SegW +: SegW] = segs_issued_q[p*SegW +: SegW] + SegW'(pt_seg_valid[p] && pt_seg_ready[p]);
       segs_done_d[p*SegW +: SegW]   = segs_done_q[p*SegW +: SegW] + SegW'(pt_done[p]);
     end
-    cyc_busy_d    = running ? cyc_busy_q + 64'd1 : cyc_busy_q;
+    // a queue waiting for its doorbell is not busy
+    cyc_busy_d    = (running && !q_wait) ? cyc_busy_q + 64'd1 : cyc_busy_q;
     cyc_stall_d   = cyc_stall_q;
     if (running && executing && !c_active && (!l_idle || !sf_empty)) begin
       cyc_stall_d = cyc_stall_q + 64'd1;

@@ -6,11 +6,15 @@
 //   IDLE --ap_start--> RUN: arguments are copied for the core, ap_ready is
 //        raised (the host may now write the next arguments and set ap_start
 //        again: that start is queued), ap_start clears unless auto_restart.
+//        Q_CTRL's queue bit is copied with the arguments.
 //   RUN --core done--> HOLD: ap_done is raised (clear on read).
 //   HOLD --ap_continue written (or auto_restart set)--> IDLE, where a queued
 //        ap_start is accepted at once. Status registers stay valid until then.
 // ISR bits are set by ap_done/ap_ready when enabled in IER and toggle when the
 // host writes 1; interrupt_o = GIE & |ISR.
+// Q_CTRL (queue bit, close bit; its other bits read 0) and Q_TAIL are plain
+// registers the host may write at any time, also while the kernel runs; the
+// core sees the close bit and Q_TAIL as they are (the doorbell).
 // Unmapped offsets inside the 0x80 window read 0 and ignore writes; offsets
 // beyond it or not 4-byte aligned get SLVERR.
 module tsr_ctrl_s_axi #(
@@ -46,6 +50,9 @@ module tsr_ctrl_s_axi #(
   output logic [63:0] mem_size_o,      //
   output logic [63:0] ring_o,          //
   output logic [31:0] n_desc_o,        //
+  output logic        queue_o,         // Q_CTRL queue bit, taken at ap_start
+  output logic        q_close_o,       // Q_CTRL close bit, live
+  output logic [31:0] q_tail_o,        // Q_TAIL, live
   input  logic        core_done_i,     // pulse: run finished
   input  logic [31:0] status_i,        // STATUS
   input  logic [31:0] err_index_i,     // ERR_INDEX
@@ -65,9 +72,12 @@ module tsr_ctrl_s_axi #(
   logic        ap_start_q, ap_done_q, ap_ready_q, auto_restart_q;
   logic        gie_q;
   logic [1:0]  ier_q, isr_q;
-  logic [31:0] arg_q [12];   // argument words 0x10..0x3C (only the named ones written)
+  logic [31:0] arg_q [10];   // argument words 0x10..0x34 (only the named ones written)
   logic [63:0] mem_base_q, mem_size_q, ring_q;
   logic [31:0] n_desc_q;
+  logic [1:0]  q_ctrl_q;     // Q_CTRL bits 1:0
+  logic [31:0] q_tail_q;     // Q_TAIL
+  logic        queue_q;      // the queue bit of the run
 
   // ---- write channel: take AW and W in any order ----
   logic        aw_have_q, w_have_q;
@@ -97,12 +107,14 @@ module tsr_ctrl_s_axi #(
                 (TSR_ARG_N_DESC_BITS > 32 && a == TSR_ARG_N_DESC + 12'h4);
   endfunction
 
-  logic wr_ctrl, wr_gie, wr_ier, wr_isr, wr_arg;
+  logic wr_ctrl, wr_gie, wr_ier, wr_isr, wr_arg, wr_qctrl, wr_qtail;
   assign wr_ctrl = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_CTRL;
   assign wr_gie  = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_GIE;
   assign wr_ier  = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_IER;
   assign wr_isr  = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_ISR;
   assign wr_arg  = wr_fire && !addr_bad_w && arg_named(aw_addr_q);
+  assign wr_qctrl = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_Q_CTRL;
+  assign wr_qtail = wr_fire && !addr_bad_w && aw_addr_q == TSR_REG_Q_TAIL;
 
   logic start_w, continue_w;
   assign start_w    = wr_ctrl && w_strb_q[0] && w_data_q[0];
@@ -152,7 +164,10 @@ module tsr_ctrl_s_axi #(
       mem_size_q     <= '0;
       ring_q         <= '0;
       n_desc_q       <= '0;
-      for (int i = 0; i < 12; i++) arg_q[i] <= '0;
+      q_ctrl_q       <= '0;
+      q_tail_q       <= '0;
+      queue_q        <= 1'b0;
+      for (int i = 0; i < 10; i++) arg_q[i] <= '0;
     end else begin
       // ap_start: set by the host, cleared when taken (unless auto_restart).
       if (start_w) ap_start_q <= 1'b1;
@@ -171,6 +186,7 @@ module tsr_ctrl_s_axi #(
         mem_size_q <= {arg_q[4], arg_q[3]};      // 0x1C, 0x20
         ring_q     <= {arg_q[7], arg_q[6]};      // 0x28, 0x2C
         n_desc_q   <= arg_q[9];                  // 0x34
+        queue_q    <= q_ctrl_q[0];
       end
 
       // Clear-on-read status bits; a new event wins over the read.
@@ -187,6 +203,8 @@ module tsr_ctrl_s_axi #(
         arg_q[aw_addr_q[5:2] - 4'd4] <= (arg_q[aw_addr_q[5:2] - 4'd4] & ~wmask) |
                                          (w_data_q & wmask);
       end
+      if (wr_qctrl && w_strb_q[0]) q_ctrl_q <= w_data_q[1:0];
+      if (wr_qtail) q_tail_q <= (q_tail_q & ~wmask) | (w_data_q & wmask);
     end
   end
 
@@ -259,6 +277,9 @@ module tsr_ctrl_s_axi #(
       TSR_STAT_MACS:              rd_mux = macs_i[31:0];
       TSR_STAT_MACS + 12'h4:      rd_mux = macs_i[63:32];
       TSR_STAT_HW_OPS:            rd_mux = hw_ops_i;
+      TSR_STAT_HW_FEAT:           rd_mux = 32'(TSR_HW_FEAT_QUEUE);
+      TSR_REG_Q_CTRL:             rd_mux = {30'd0, q_ctrl_q};
+      TSR_REG_Q_TAIL:             rd_mux = q_tail_q;
       default: begin
         if (arg_named(araddr_i)) rd_mux = arg_q[araddr_i[5:2] - 4'd4];
       end
@@ -271,4 +292,7 @@ module tsr_ctrl_s_axi #(
   assign mem_size_o  = mem_size_q;
   assign ring_o      = ring_q;
   assign n_desc_o    = n_desc_q;
+  assign queue_o     = queue_q;
+  assign q_close_o   = q_ctrl_q[1];
+  assign q_tail_o    = q_tail_q;
 endmodule

@@ -8,6 +8,16 @@
 // in flight) before descriptor i+1. The first failure stops the run with
 // STATUS and ERR_INDEX; MACS and DESC_DONE count completed descriptors.
 //
+// Queue mode (queue_i at start): n_desc_i is the ring's slot count S and
+// descriptor i (counted from the start, mod 2^32) is in slot i mod S. Before
+// descriptor i is fetched (after the ring check, after each barrier) the
+// live Q_TAIL decides: Q_TAIL - i == 0 finishes the run if close is set and
+// otherwise waits in RQWait, looking again every cycle (q_wait_o: those
+// cycles are not busy); Q_TAIL - i > S ends the run with QUEUE_TAIL at
+// ERR_INDEX i; else descriptor i is fetched. Descriptor i+1 is fetched only
+// after descriptor i's barrier, so the host may fill a slot before it raises
+// Q_TAIL past it.
+//
 // A GEMM_BSR descriptor that passes the checks has its bitmap rows read
 // (one segment each) and counted as they arrive, then row 0 once more into
 // the loader's walk entry 0; once every read has arrived the count decides
@@ -25,7 +35,10 @@ module tsr_desc_unit #(
   input  logic [63:0]  mem_base_i,     // window base
   input  logic [63:0]  mem_size_i,     // window size
   input  logic [63:0]  ring_i,         // first descriptor
-  input  logic [31:0]  n_desc_i,       // descriptors
+  input  logic [31:0]  n_desc_i,       // descriptors (queue mode: ring slots)
+  input  logic         queue_i,        // with start_i: queue mode
+  input  logic         q_close_i,      // queue mode: close (live)
+  input  logic [31:0]  q_tail_i,       // queue mode: Q_TAIL (live)
   // descriptor fetch through the read master
   output logic         fetch_valid_o,  // a descriptor segment is offered
   output logic [63:0]  fetch_addr_o,   // its address
@@ -46,6 +59,7 @@ module tsr_desc_unit #(
   input  logic         barrier_ok_i,   // nothing pending anywhere
   output logic         running_o,      // between start and done
   output logic         executing_o,    // a GEMM descriptor is under way
+  output logic         q_wait_o,       // queue mode: waiting for the doorbell
   // the current descriptor (valid from exec_o to the barrier)
   output logic [15:0]  m_o,            // M
   output logic [15:0]  n_o,            // N
@@ -75,7 +89,8 @@ module tsr_desc_unit #(
 `include "tsr_dest.svh"
 
   typedef enum logic [3:0] {
-    RIdle, RRing, RFetch, RFWait, RChk1, RChk2, RChk3, RBmIss, RBmWait, RBmChk, RExec, RBar, RFin
+    RIdle, RRing, RQWait, RFetch, RFWait, RChk1, RChk2, RChk3, RBmIss, RBmWait, RBmChk, RExec,
+    RBar, RFin
   } run_e;
 
   run_e        st_q, st_d;
@@ -84,6 +99,7 @@ module tsr_desc_unit #(
   logic [31:0] status_q, status_d, err_index_q, err_index_d, desc_done_q, desc_done_d;
   logic [63:0] macs_q, macs_d;
   logic        axi_err_q, axi_err_d, done_q, done_d;
+  logic        queue_q, queue_d;
   logic [64:0] win_end_q, win_end_d;
   logic [511:0] dword_q;
 
@@ -252,9 +268,31 @@ module tsr_desc_unit #(
   assign ring_bad = (ring_q[5:0] != 6'd0) || ({1'b0, ring_q} < {1'b0, base_q}) ||
                     (ring_end > win_end_q);
 
+  // Queue mode: the doorbell for the next descriptor (i + 1 at a barrier, i
+  // after the ring check and while waiting). Past the last slot the next
+  // descriptor is in slot 0 (outside queue mode the run ends there).
+  logic [31:0] q_next, q_avail;
+  logic        q_empty, q_over, slot_last;
+  assign q_next    = (st_q == RBar) ? di_q + 32'd1 : di_q;
+  assign q_avail   = q_tail_i - q_next;
+  assign q_empty   = (q_avail == 32'd0);
+  assign q_over    = (q_avail > ndesc_q);
+  assign slot_last = ({1'b0, dptr_q} + 65'(TSR_HW_DESC_BYTES) == ring_end);
+
+  // Where the run goes before fetching descriptor q_next in queue mode.
+  run_e q_st;
+  logic q_take;   // this cycle the doorbell decides (set in the state machine)
+  always_comb begin
+    if (q_empty && !q_close_i) q_st = RQWait;
+    else if (q_empty || q_over) q_st = RFin;
+    else q_st = RFetch;
+  end
+
   always_comb begin
     st_d = st_q;
     base_d = base_q; ring_d = ring_q; dptr_d = dptr_q; ndesc_d = ndesc_q; di_d = di_q;
+    queue_d = queue_q;
+    q_take = 1'b0;
     status_d = status_q; err_index_d = err_index_q; desc_done_d = desc_done_q;
     macs_d = macs_q; win_end_d = win_end_q;
     axi_err_d = axi_err_q || ((st_q != RIdle) && axi_err_i);
@@ -266,7 +304,7 @@ module tsr_desc_unit #(
     unique case (st_q)
       RIdle: begin
         if (start_i) begin
-          base_d = mem_base_i; ring_d = ring_i; ndesc_d = n_desc_i;
+          base_d = mem_base_i; ring_d = ring_i; ndesc_d = n_desc_i; queue_d = queue_i;
           di_d = '0; dptr_d = ring_i;
           status_d = TSR_HWERR_OK; err_index_d = '0; desc_done_d = '0; macs_d = '0;
           axi_err_d = 1'b0;
@@ -280,9 +318,16 @@ module tsr_desc_unit #(
         end else if (ring_bad) begin
           status_d = TSR_HWERR_RING_RANGE;
           st_d = RFin;
+        end else if (queue_q) begin
+          q_take = 1'b1;
+          st_d = q_st;
         end else begin
           st_d = RFetch;
         end
+      end
+      RQWait: begin
+        q_take = 1'b1;
+        st_d = q_st;
       end
       RFetch: if (fetch_ready_i) st_d = RFWait;
       RFWait: begin
@@ -366,8 +411,11 @@ module tsr_desc_unit #(
             desc_done_d = desc_done_q + 32'd1;
             if (!is_nop) macs_d = macs_q + 64'(mnk_q);
             di_d = di_q + 32'd1;
-            dptr_d = dptr_q + 64'(TSR_HW_DESC_BYTES);
-            if (di_q + 32'd1 == ndesc_q) st_d = RFin;
+            dptr_d = slot_last ? ring_q : dptr_q + 64'(TSR_HW_DESC_BYTES);
+            if (queue_q) begin
+              q_take = 1'b1;
+              st_d = q_st;
+            end else if (di_q + 32'd1 == ndesc_q) st_d = RFin;
             else st_d = RFetch;
           end
         end
@@ -378,6 +426,11 @@ module tsr_desc_unit #(
       end
       default: st_d = RIdle;
     endcase
+    // the doorbell decided: Q_TAIL too far ahead of (or behind) the next descriptor
+    if (q_take && !q_empty && q_over) begin
+      status_d = TSR_HWERR_QUEUE_TAIL;
+      err_index_d = q_next;
+    end
   end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -385,13 +438,13 @@ module tsr_desc_unit #(
       st_q <= RIdle;
       base_q <= '0; ring_q <= '0; dptr_q <= '0; ndesc_q <= '0; di_q <= '0;
       status_q <= '0; err_index_q <= '0; desc_done_q <= '0; macs_q <= '0;
-      axi_err_q <= 1'b0; done_q <= 1'b0; win_end_q <= '0;
+      axi_err_q <= 1'b0; done_q <= 1'b0; win_end_q <= '0; queue_q <= 1'b0;
     end else begin
       st_q <= st_d;
       base_q <= base_d; ring_q <= ring_d; dptr_q <= dptr_d; ndesc_q <= ndesc_d; di_q <= di_d;
       status_q <= status_d; err_index_q <= err_index_d; desc_done_q <= desc_done_d;
       macs_q <= macs_d;
-      axi_err_q <= axi_err_d; done_q <= done_d; win_end_q <= win_end_d;
+      axi_err_q <= axi_err_d; done_q <= done_d; win_end_q <= win_end_d; queue_q <= queue_d;
     end
   end
 
@@ -421,6 +474,7 @@ module tsr_desc_unit #(
   assign fetch_bank_o  = (st_q != RBmIss) ? BankDesc : ((bm_iss_q == ntr) ? BankWalk : BankCount);
   assign running_o     = (st_q != RIdle);
   assign executing_o   = (st_q == RExec || st_q == RBar);
+  assign q_wait_o      = (st_q == RQWait);
   assign m_o = m16;
   assign n_o = n16;
   assign k_o = k16;

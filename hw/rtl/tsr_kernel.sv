@@ -6,6 +6,8 @@
 // and NumPorts-1 read-only masters m_axi_gmemx (lane i-1 = port i on memory
 // channel i) that stream the rows of a striped W. One start runs a ring of descriptors; each GEMM
 // descriptor computes C[m][n] = sum_k A[m][k] * W[n][k] (int8 -> int32).
+// In queue mode (Q_CTRL) one start keeps running over a ring of slots the
+// host refills, descriptor by descriptor as the host raises Q_TAIL.
 module tsr_kernel #(
   parameter int Rows           = 16,    // MAC array rows
   parameter int Cols           = 16,    // MAC array columns
@@ -77,7 +79,8 @@ module tsr_kernel #(
   input  logic [XP*2-1:0]      m_axi_gmemx_rresp,      // R response
   input  logic [XP-1:0]        m_axi_gmemx_rlast       // R last
 );
-  logic        core_start, core_done;
+  logic        core_start, core_done, queue, q_close;
+  logic [31:0] q_tail;
   logic [63:0] mem_base, mem_size, ring;
   logic [31:0] n_desc, status, err_index, desc_done;
   logic [63:0] cyc_busy, cyc_stall, bytes_rd, bytes_wr, macs;
@@ -97,7 +100,8 @@ module tsr_kernel #(
     .rdata_o   (s_axi_control_rdata),   .rresp_o   (s_axi_control_rresp),
     .interrupt_o, .ap_done_o,
     .core_start_o (core_start), .mem_base_o (mem_base), .mem_size_o (mem_size),
-    .ring_o (ring), .n_desc_o (n_desc), .core_done_i (core_done),
+    .ring_o (ring), .n_desc_o (n_desc), .queue_o (queue), .q_close_o (q_close),
+    .q_tail_o (q_tail), .core_done_i (core_done),
     .status_i (status), .err_index_i (err_index), .desc_done_i (desc_done),
     .cyc_busy_i (cyc_busy), .cyc_stall_i (cyc_stall), .bytes_rd_i (bytes_rd),
     .bytes_wr_i (bytes_wr), .macs_i (macs), .hw_ops_i (hw_ops)
@@ -107,7 +111,8 @@ module tsr_kernel #(
              .MaxOutstanding(MaxOutstanding), .NumPorts(NumPorts)) u_core (
     .clk_i, .rst_ni,
     .start_i (core_start), .mem_base_i (mem_base), .mem_size_i (mem_size),
-    .ring_i (ring), .n_desc_i (n_desc), .done_o (core_done),
+    .ring_i (ring), .n_desc_i (n_desc), .queue_i (queue), .q_close_i (q_close),
+    .q_tail_i (q_tail), .done_o (core_done),
     .status_o (status), .err_index_o (err_index), .desc_done_o (desc_done),
     .cyc_busy_o (cyc_busy), .cyc_stall_o (cyc_stall), .bytes_rd_o (bytes_rd),
     .bytes_wr_o (bytes_wr), .macs_o (macs), .hw_ops_o (hw_ops),

@@ -4,10 +4,17 @@
 // through the AXI4-Lite slave, serves the AXI4 master from a simple memory
 // model, and compares the memory afterwards with the image the Verilator
 // model produced (itself checked against the naive int8 reference).
+// Then it runs the same descriptors again from the same image in queue mode
+// (Q_CTRL, Q_TAIL): a ring of min(n, 4) slots, published two descriptors
+// first and then as many as the slots hold, each slot refilled by the
+// testbench once its descriptor has run; the memory must come out the same
+// (the ring's words put back), the kernel must wait without counting busy
+// cycles, and CYC_BUSY must equal the normal run's.
 //
 // Plusargs: +dir=DIR (mem.hex, expect.hex, args.hex), +words=N (bus words).
 `timescale 1ns / 1ps
 module tsr_kernel_tb;
+`include "tsr_regs_pkg.svh"
   localparam int DataBytes = 64;
   localparam int DW        = DataBytes * 8;
   localparam int MaxWords  = 4096;
@@ -167,8 +174,48 @@ module tsr_kernel_tb;
     rready = 1'b0;
   endtask
 
+  // Runs until ap_done or fails after a timeout.
+  task automatic wait_done;
+    for (int t = 0; t < 2000000 && !ap_done; t++) @(posedge clk_i);
+    if (!ap_done) begin
+      $display("tb: FAIL timeout");
+      $finish;
+    end
+  endtask
+
+  // Compares the memory with the expected image.
+  task automatic check_mem(input string what);
+    for (int i = 0; i < words; i++) begin
+      if (mem[i] !== expect_mem[i]) begin
+        if (errors < 10) $display("tb: %s: memory word %0d (address %h) differs", what, i,
+                                  base + i * 64);
+        errors = errors + 1;
+      end
+    end
+  endtask
+
+  // Reads DESC_DONE until it is `want`; ap_done must stay low meanwhile.
+  task automatic q_until(input logic [31:0] want);
+    logic [31:0] got;
+    got = '0;
+    for (int t = 0; t < 100000 && got != want; t++) begin
+      reg_read(TSR_STAT_DESC_DONE, got);
+      if (ap_done) begin
+        $display("tb: queue: done with %0d of %0d descriptors run", got, want);
+        errors = errors + 1;
+        t = 100000;
+      end
+    end
+    if (got != want) begin
+      $display("tb: queue: DESC_DONE %0d, want %0d", got, want);
+      errors = errors + 1;
+    end
+  endtask
+
   string dir;
-  logic [31:0] v, status, done_n;
+  logic [31:0] v, status, done_n, busy_n, busy_w0, busy_w1, busy_q;
+  logic [DW-1:0] ring_w [8];
+  int ring0, slots, n, pub, nb;
   initial begin
     if (!$value$plusargs("dir=%s", dir)) dir = ".";
     if (!$value$plusargs("words=%d", words)) words = MaxWords;
@@ -178,35 +225,72 @@ module tsr_kernel_tb;
     base = args[0];
     repeat (4) @(posedge clk_i);
     rst_ni = 1'b1;
-    reg_write(12'h010, args[0][31:0]); reg_write(12'h014, args[0][63:32]);
-    reg_write(12'h01c, args[1][31:0]); reg_write(12'h020, args[1][63:32]);
-    reg_write(12'h028, args[2][31:0]); reg_write(12'h02c, args[2][63:32]);
-    reg_write(12'h034, args[3][31:0]);
-    reg_write(12'h000, 32'h1);
-    fork
-      begin
-        while (!ap_done) @(posedge clk_i);
-      end
-      begin
-        repeat (2000000) @(posedge clk_i);
-        $display("tb: FAIL timeout");
-        $finish;
-      end
-    join_any
-    reg_read(12'h000, v);
-    reg_read(12'h040, status);
-    reg_read(12'h048, done_n);
+    reg_write(TSR_ARG_MEM_BASE, args[0][31:0]); reg_write(TSR_ARG_MEM_BASE + 12'h4, args[0][63:32]);
+    reg_write(TSR_ARG_MEM_SIZE, args[1][31:0]); reg_write(TSR_ARG_MEM_SIZE + 12'h4, args[1][63:32]);
+    reg_write(TSR_ARG_RING, args[2][31:0]); reg_write(TSR_ARG_RING + 12'h4, args[2][63:32]);
+    reg_write(TSR_ARG_N_DESC, args[3][31:0]);
+    reg_write(TSR_REG_CTRL, 32'h1);
+    wait_done();
+    reg_read(TSR_REG_CTRL, v);
+    reg_read(TSR_STAT_STATUS, status);
+    reg_read(TSR_STAT_DESC_DONE, done_n);
+    reg_read(TSR_STAT_CYC_BUSY, busy_n);
     if (status != 0 || done_n != args[3][31:0]) begin
       $display("tb: status %0d, %0d descriptors done of %0d", status, done_n, args[3][31:0]);
       errors = errors + 1;
     end
-    for (int i = 0; i < words; i++) begin
-      if (mem[i] !== expect_mem[i]) begin
-        if (errors < 10) $display("tb: memory word %0d (address %h) differs", i, base + i * 64);
+    check_mem("ring");
+    reg_write(TSR_REG_CTRL, 32'h10);   // ap_continue
+
+    // ---- the same descriptors in queue mode, from the same image ----
+    $readmemh({dir, "/mem.hex"}, mem);
+    n = int'(args[3][31:0]);
+    slots = (n < 4) ? n : 4;
+    ring0 = int'((args[2] - base) / DataBytes);
+    for (int i = 0; i < n && i < 8; i++) ring_w[i] = mem[ring0 + i];
+    if (n > 8) begin
+      $display("tb: queue: %0d descriptors, at most 8 supported", n);
+      errors = errors + 1;
+    end
+    reg_write(TSR_ARG_N_DESC, slots);
+    reg_write(TSR_REG_Q_TAIL, 32'd0);
+    reg_write(TSR_REG_Q_CTRL, TSR_HW_Q_CTRL_QUEUE);
+    reg_write(TSR_REG_CTRL, 32'h1);
+    repeat (8) @(posedge clk_i);       // the start is taken
+    pub = 0;
+    while (pub < n && n <= 8) begin
+      // nothing pending: the kernel waits and CYC_BUSY stands still
+      reg_read(TSR_STAT_CYC_BUSY, busy_w0);
+      repeat (200) @(posedge clk_i);
+      reg_read(TSR_STAT_CYC_BUSY, busy_w1);
+      if (busy_w0 != busy_w1 || ap_done) begin
+        $display("tb: queue: waiting with %0d run: CYC_BUSY %0d then %0d, ap_done %0d", pub,
+                 busy_w0, busy_w1, ap_done);
         errors = errors + 1;
       end
+      nb = (pub == 0) ? 2 : slots;
+      if (nb > n - pub) nb = n - pub;
+      for (int i = pub; i < pub + nb; i++) mem[ring0 + i % slots] = ring_w[i];
+      pub = pub + nb;
+      reg_write(TSR_REG_Q_TAIL, pub);
+      q_until(pub);
     end
-    if (errors == 0) $display("tb: PASSED (%0d cycles, %0d words compared)", cycle, words);
+    reg_write(TSR_REG_Q_CTRL, TSR_HW_Q_CTRL_QUEUE | TSR_HW_Q_CTRL_CLOSE);
+    wait_done();
+    reg_read(TSR_REG_CTRL, v);
+    reg_read(TSR_STAT_STATUS, status);
+    reg_read(TSR_STAT_DESC_DONE, done_n);
+    reg_read(TSR_STAT_CYC_BUSY, busy_q);
+    if (status != 0 || done_n != args[3][31:0] || busy_q != busy_n) begin
+      $display("tb: queue: status %0d, %0d descriptors done of %0d, CYC_BUSY %0d (one launch %0d)",
+               status, done_n, args[3][31:0], busy_q, busy_n);
+      errors = errors + 1;
+    end
+    for (int i = 0; i < slots; i++) mem[ring0 + i] = ring_w[i];
+    check_mem("queue");
+    if (errors == 0)
+      $display("tb: PASSED (%0d cycles, %0d words compared; CYC_BUSY %0d, queue mode %0d)", cycle,
+               words, busy_n, busy_q);
     else $display("tb: FAILED (%0d errors)", errors);
     $finish;
   end

@@ -1,6 +1,8 @@
 #!/bin/sh
 # RTL tests of the Verilated kernel (sim/test/tsr_rtl_test.c) through the
-# tsr_sim.h ABI: shapes, refusals, register map, ap_ctrl sequences, perf;
+# tsr_sim.h ABI: shapes, refusals, register map, ap_ctrl sequences, queue
+# mode (doorbell, slots refilled while the kernel runs, CYC_BUSY against one
+# launch of the same descriptors, its refusals), perf;
 # the other geometries (16x16 with 4 read ports, 32x32 with 2, 64x64 with 4:
 # each built once in its own directory) on the quick set, W striped over the
 # ports included; the functional model's cycles against the RTL's within
@@ -11,7 +13,7 @@
 # are mostly empty is up to 6.1 % off; at 32x32, where single launches are
 # further off, the total within 5 %); then a cross-check of
 # a small ring (dense and block-sparse descriptors) under iverilog when it
-# is installed.
+# is installed, as one launch and again in queue mode.
 BUILD=${1:-build}
 command -v verilator > /dev/null 2>&1 || { echo "verilator is not installed: the RTL cannot be built"; exit 77; }
 make --no-print-directory -s rtl "$BUILD/rtl/tsr_rtl_test" "$BUILD/rtl/tsr_cycle_check" BUILD="$BUILD" || exit 1
