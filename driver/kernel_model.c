@@ -47,8 +47,8 @@ static void geometry(const tsr_km_timing_t *t, uint64_t *rows, uint64_t *cols, u
  *     (memory latency + one beat) and checked in three cycles before its
  *     tiles start, and ends at a barrier when its last results are written;
  *   - the loader queues one step per (m block, n block, k chunk), issuing
- *     one read segment per operand row it must load; three buffer slots
- *     per operand let steps i+1 and i+2 load while step i computes, so a
+ *     one read segment per operand row it must load; four buffer slots
+ *     per operand let steps i+1 to i+3 load while step i computes, so a
  *     step takes the longest of: its compute (GEMM: one k per cycle; GEMV:
  *     rows k's per cycle), its loads at the memory bandwidth, the loader's
  *     issue time plus the memory latency and, for a tile's last step, the
@@ -94,7 +94,7 @@ void tsr_km_estimate_nop(const tsr_km_timing_t *t, tsr_km_estimate_t *acc) {
  * as the RTL does. */
 #define KM_MAX_PORTS 64
 #define KM_OUTSTANDING 16
-#define KM_SLOTS 3 /* buffer slots per operand (tsr_loader Slots) */
+#define KM_SLOTS 4 /* buffer slots per operand (tsr_loader Slots) */
 
 typedef struct {
   double chan;                      /* next beat may come at this cycle */

@@ -86,7 +86,7 @@ module tsr_core #(
   localparam int OffW      = $clog2(DataBytes);
   localparam int WordsSlot = KChunk / DataBytes;
   localparam int SlotAw    = $clog2(WordsSlot);
-  localparam int Slots     = 3;                    // buffer slots per operand (tsr_loader)
+  localparam int Slots     = 4;                    // buffer slots per operand (tsr_loader)
   localparam int SlW       = $clog2(Slots);
   localparam int RamAw     = SlotAw + SlW;
   localparam int KcW       = $clog2(KChunk) + 1;    // holds KChunk

@@ -2,9 +2,9 @@
 //
 // Tiles go m block (Rows rows of A, or one row in GEMV mode), n block (Cols
 // rows of W), k chunk (KChunk bytes). For each step the loader waits for a
-// free buffer slot per operand (Slots each, taken in turn: the next two
+// free buffer slot per operand (Slots each, taken in turn: the next Slots-1
 // steps load while the current one computes, so the memory latency of a
-// step's first read is hidden behind the loads of the step before), issues one read segment per A row and per W
+// step's first read is hidden behind the loads of the steps before), issues one read segment per A row and per W
 // row into it, and queues a step record for the compute engine. A segment is
 // skipped when the previous step left the same chunk in its slot: A across
 // n blocks, W across m blocks, when K fits one chunk (and N one n block).
