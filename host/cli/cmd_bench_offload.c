@@ -401,12 +401,14 @@ static bool write_plot(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t *
   snprintf(title, sizeof title,
            "offload on %s, every matmul on the board: projected board / CPU tokens/s", d->label);
   snprintf(caption, sizeof caption,
-           "%ux%u MACs at %.0f MHz, %u x %.1f GB/s, launch %.0f us, %.0f us per copy; CPU %s; "
+           "%ux%u MACs at %.0f MHz, %u x %.1f GB/s, %s %.0f us, %.0f us per copy%s; CPU %s; "
            "below 1 the board loses and auto keeps the CPU",
            d->caps.array_rows, d->caps.array_cols, d->caps.clock_hz / 1e6,
            d->caps.mem_ports ? d->caps.mem_ports : 1,
-           d->caps.mem_bytes_per_cycle * d->caps.clock_hz / 1e9, d->caps.launch_latency_s * 1e6,
-           d->caps.link_latency_s * 1e6,
+           d->caps.mem_bytes_per_cycle * d->caps.clock_hz / 1e9,
+           (d->caps.flags & TSR_HAL_CAP_QUEUE) ? "doorbell" : "launch",
+           tsr_hal_ring_latency_s(&d->caps) * 1e6, tsr_hal_copy_latency_s(&d->caps) * 1e6,
+           (d->caps.flags & TSR_HAL_CAP_HOST_MEM) ? " (host memory)" : "",
            o->measure ? "measured here (7B projected)" : "from the CPU profile");
   cli_plot_script_head(f, name, title, caption);
   fprintf(f, "set logscale x\nset logscale y\n"
@@ -451,7 +453,7 @@ static void print_board(const ob_opts_t *o, const ob_dev_t *d, const ob_model_t 
          (c->flags & TSR_HAL_CAP_QUEUE) ? "doorbell (queue mode)" : "launch");
   printf("  %-11s %8s %-7s %4s %11s %11s %11s %11s %8s %11s %8s %8s  %s\n", "model", "params",
          "phase", "B", "cpu meas", "cpu model", "board", "board serl", "speedup", "all on brd",
-         "all", "launches", "groups on the board (auto)");
+         "all", "rings", "groups on the board (auto)");
   for (int k = 0; k < n; k++)
     for (int pf = 0; pf < 2; pf++)
       for (int i = 0; i < o->n_batches; i++) {
@@ -652,7 +654,8 @@ int cli_bench_offload(int argc, char **argv) {
          large ? " (7B light ops scaled from large's)" : "");
   printf("board: projected (cycle model on the shapes, launches queued ahead; 'board serl' "
          "without the queue), each group where it pays (the auto policy); 'all on brd' every "
-         "group on the board; speedups over cpu meas (cpu model where not measured)\n");
+         "group on the board; speedups over cpu meas (cpu model where not measured); 'rings' "
+         "per pass: launches, or doorbells on a board in queue mode\n");
   for (int d = 0; d < n_devs; d++) {
     print_board(&o, &devs[d], ms, n_models);
     if (o.plot && !write_plot(&o, &devs[d], ms, n_models)) {
