@@ -96,7 +96,7 @@ typedef struct tsr_proj_result {
   int dev_groups;     /* groups of one layer on the device (of 4)          */
   bool classifier_on; /* the classifier on the device                      */
   bool on[4];         /* per group of a layer: qkv, o, gate+up, down       */
-  int launches;       /* device launches per pass                          */
+  int launches;       /* rings per pass: launches, or doorbells (queue mode) */
 } tsr_proj_result_t;
 
 /* Projects one pass of `rows` rows (decode: one row per sequence; prefill:
