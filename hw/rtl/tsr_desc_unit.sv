@@ -212,8 +212,26 @@ module tsr_desc_unit #(
                             : ((nkt > 11'd512) ? 11'd512 : nkt);
   assign vbytes = bm_word_i ? ((rb > 8'd64) ? 7'(rb - 8'd64) : 7'd0)
                             : ((rb > 8'd64) ? 7'd64 : 7'(rb));
-  assign kmask  = (vbits >= 11'd512) ? {512{1'b1}} : ((512'(1) << vbits) - 512'(1));
-  assign bmask  = (vbytes >= 7'd64) ? {512{1'b1}} : ((512'(1) << {vbytes, 3'b000}) - 512'(1));
+  // Thermometer masks, bit i set when i < vbits (byte b when b < vbytes):
+  // bit 32h + l from vbits' high part compared with h and, when equal, its
+  // low part with l (no shifter and no 512-bit subtraction).
+  logic [15:0] kgt_h, keq_h;
+  logic [31:0] kgt_l;
+  logic [63:0] bgt;
+  for (genvar h = 0; h < 16; h++) begin : g_kh
+    assign kgt_h[h] = vbits[10:5] > 6'(h);
+    assign keq_h[h] = vbits[10:5] == 6'(h);
+  end
+  for (genvar l = 0; l < 32; l++) begin : g_kl
+    assign kgt_l[l] = {1'b0, vbits[4:0]} > 6'(l);
+  end
+  for (genvar i = 0; i < 512; i++) begin : g_kmask
+    assign kmask[i] = kgt_h[i/32] || (keq_h[i/32] && kgt_l[i%32]);
+  end
+  for (genvar b = 0; b < 64; b++) begin : g_bmask
+    assign bgt[b] = vbytes > 7'(b);
+    assign bmask[b*8 +: 8] = {8{bgt[b]}};
+  end
   // the registered word, counted a cycle after it arrived
   // the row's last k tile lies in word (nkt - 1) / 512
   assign bm_lb     = (bmw_word_q == (nkt > 11'd512)) ? bmw_lb_q : bm_lb_q;
@@ -223,14 +241,33 @@ module tsr_desc_unit #(
                      (bm_lb ? 19'(padk) : 19'd0);
   assign row_elems = 24'(row_k) * ((bm_row_q + 13'd1 == ntr) ? 24'(nlast) : 24'd16);
 
+  // bits set in each 6-bit value, 4 bits a value
+  localparam logic [255:0] Pop6 = 256'h6554_5443_5443_4332_5443_4332_4332_3221_5443_4332_4332_3221_4332_3221_3221_2110;
   // the count of the word arriving, registered (a loop in a clocked block:
   // the one form iverilog settles without re-running the design)
   always_ff @(posedge clk_i) begin
     if (bm_we_i) begin
-      logic [9:0] pc;
-      pc = '0;
-      for (int i = 0; i < 512; i++) pc = pc + {9'd0, desc_word_i[i] & kmask[i]};
-      bmw_pc_q   <= pc;
+      // a tree: the counts of 6-bit groups from a table (a LUT6 per count
+      // bit), then pairs added (a chain of 512 adders would cost a 10-bit
+      // adder per bit)
+      logic [515:0] mw;
+      logic [257:0] p6;    // 86 counts of 6 bits, 3 bits each
+      logic [175:0] s1;    // 44 x 4 bits (the last one 0)
+      logic [109:0] s2;    // 22 x 5
+      logic [65:0]  s3;    // 11 x 6
+      logic [41:0]  s4;    // 6 x 7 (the last one 0)
+      logic [23:0]  s5;    // 3 x 8
+      mw = {4'd0, desc_word_i & kmask};
+      for (int g = 0; g < 86; g++) p6[g*3 +: 3] = Pop6[{mw[g*6 +: 6], 2'b00} +: 3];
+      s1 = '0;
+      for (int i = 0; i < 43; i++) s1[i*4 +: 4] = 4'(p6[6*i +: 3]) + 4'(p6[6*i+3 +: 3]);
+      for (int i = 0; i < 22; i++) s2[i*5 +: 5] = 5'(s1[8*i +: 4]) + 5'(s1[8*i+4 +: 4]);
+      for (int i = 0; i < 11; i++) s3[i*6 +: 6] = 6'(s2[10*i +: 5]) + 6'(s2[10*i+5 +: 5]);
+      s4 = '0;
+      for (int i = 0; i < 5; i++) s4[i*7 +: 7] = 7'(s3[12*i +: 6]) + 7'(s3[12*i+6 +: 6]);
+      s4[35 +: 7] = 7'(s3[60 +: 6]);
+      for (int i = 0; i < 3; i++) s5[i*8 +: 8] = 8'(s4[14*i +: 7]) + 8'(s4[14*i+7 +: 7]);
+      bmw_pc_q   <= 10'(s5[7:0]) + 10'(s5[15:8]) + 10'(s5[23:16]);
       bmw_lb_q   <= desc_word_i[9'(nkt - 11'd1)];
       bmw_word_q <= bm_word_i;
     end

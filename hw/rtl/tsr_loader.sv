@@ -126,6 +126,8 @@ module tsr_loader #(
   // GEMM_BSR walk
   logic             bsr_q, bsr_d;
   logic [1023:0]    bm0_q, bm1_q;                              // walk entries
+  logic [2*NCh-1:0] nz0_q, nz1_q;                              // their groups holding a bit
+  logic [NCh-1:0]   nzw;                                       // the word arriving's
   logic [1:0]       bmv_q;                                     // entry holds its row
   logic             e_q, e_d;                                  // entry of the tile row
   logic             pf_q, pf_d;                                // next row requested
@@ -172,7 +174,6 @@ module tsr_loader #(
 
   // GEMM_BSR: the tile row's chunks holding a stored tile, the next one from
   // c_q, its bits, whether it is the row's last; the next tile to load.
-  logic [1023:0]    row;
   logic [NCh-1:0]   ne, cand;
   logic [ChW-1:0]   cn;
   logic [CT-1:0]    cb, wbit;
@@ -182,22 +183,35 @@ module tsr_loader #(
   logic [16:0]      bk0, bk_rem;
   logic [KcW-1:0]   bkc;
   logic [NLenW-1:0] bn_len;
-  assign row = e_q ? bm1_q : bm0_q;
-  // a chunk's bits at BK 64 (CT bits) and at BK 128 (CT/2 bits) of the row
+  // A chunk holds a stored tile: from a flag per CT/2 bits of each entry,
+  // set as the words are written (chunk c is group c at BK 128, groups 2c
+  // and 2c+1 at BK 64).
   localparam int LogNCh = $clog2(NCh);
-  logic [CT-1:0]   sl64 [NCh];
-  logic [CT/2-1:0] sl128 [NCh];
+  logic [2*NCh-1:0] nz;
+  assign nz = e_q ? nz1_q : nz0_q;
   for (genvar c = 0; c < NCh; c++) begin : g_chunk
-    assign sl64[c]  = row[c*CT +: CT];
-    assign sl128[c] = row[c*(CT/2) +: CT/2];
-    assign ne[c]    = bk128_i ? |sl128[c] : |sl64[c];
+    assign ne[c] = bk128_i ? nz[c] : (nz[2*c] || nz[2*c+1]);
   end
   assign cand = ne & ~((NCh'(1) << c_q) - NCh'(1));
   logic [NCh-1:0]    cand1;             // the next chunk, one-hot
   logic [LogNCh-1:0] cidx;
   tsr_lsb #(.W(NCh), .IW(LogNCh)) u_chunk (.v_i (cand), .onehot_o (cand1), .idx_o (cidx));
   assign cn = ChW'(cidx);
-  assign cb = bk128_i ? CT'(sl128[cidx]) : sl64[cidx];
+  // A chunk's bits: CT bits of the entry at BK 64, half of them at BK 128
+  // (chunk c is the upper or lower half of the BK 64 chunk c/2), one select
+  // over both entries' chunks.
+  logic [CT-1:0]     ch [2*NCh];
+  logic [CT-1:0]     chs;
+  logic [LogNCh-1:0] c64;   // the BK 64 chunk
+  for (genvar c = 0; c < NCh; c++) begin : g_ch
+    assign ch[c]       = bm0_q[c*CT +: CT];
+    assign ch[NCh + c] = bm1_q[c*CT +: CT];
+  end
+  assign c64 = bk128_i ? (cidx >> 1) : cidx;
+  assign chs = ch[{e_q, c64}];
+  logic [CT/2-1:0]   chh;
+  assign chh = cidx[0] ? chs[CT-1:CT/2] : chs[CT/2-1:0];
+  assign cb  = bk128_i ? {{(CT/2){1'b0}}, chh} : chs;
   tsr_lsb #(.W(CT), .IW(XW)) u_tile (.v_i (wm_q), .onehot_o (wbit), .idx_o (wx));
   assign blast    = (cand & ~cand1) == '0;   // no chunk after cn
   assign bnext    = (n0_q + 17'd16 < {1'b0, n_i}) || mb_more;
@@ -429,14 +443,29 @@ module tsr_loader #(
       if (bm_we_i && bm_word_i == (rb_i > 8'd64)) bmv_q[bm_entry_i] <= 1'b1;
     end
   end
+  for (genvar g = 0; g < NCh; g++) begin : g_nzw
+    assign nzw[g] = |bm_data_i[g*(CT/2) +: CT/2];
+  end
   always_ff @(posedge clk_i) begin
     if (bm_we_i) begin
       // word 0 comes first and clears word 1 (a one-word row has no bits there)
       unique case ({bm_entry_i, bm_word_i})
-        2'b00: bm0_q <= {512'd0, bm_data_i};
-        2'b01: bm0_q[1023:512] <= bm_data_i;
-        2'b10: bm1_q <= {512'd0, bm_data_i};
-        default: bm1_q[1023:512] <= bm_data_i;
+        2'b00: begin
+          bm0_q <= {512'd0, bm_data_i};
+          nz0_q <= {NCh'(0), nzw};
+        end
+        2'b01: begin
+          bm0_q[1023:512] <= bm_data_i;
+          nz0_q[2*NCh-1:NCh] <= nzw;
+        end
+        2'b10: begin
+          bm1_q <= {512'd0, bm_data_i};
+          nz1_q <= {NCh'(0), nzw};
+        end
+        default: begin
+          bm1_q[1023:512] <= bm_data_i;
+          nz1_q[2*NCh-1:NCh] <= nzw;
+        end
       endcase
     end
   end

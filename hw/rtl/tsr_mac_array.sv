@@ -107,8 +107,12 @@ module tsr_mac_array #(
   // W bank j: the slice of the word (byte r goes to lane r in GEMV mode) and
   // byte lo of that slice, which is byte idx_i of the word (the GEMM operand
   // of column j).
-  logic [Cols*8-1:0] w_col;       // GEMM byte of W bank j at j*8
-  logic [Cols*Rows*8-1:0] w_slc;  // slice of W bank j at j*Rows*8
+  // Both are registered per column and the mode picks between them after
+  // the registers, in front of each multiplier: one LUT per operand bit,
+  // where a choice in front of the multiplier's input register is merged
+  // with the last levels of the select trees and copied into every PE.
+  logic [Cols*8-1:0] w_col_q;       // GEMM byte of W bank j at j*8, registered
+  logic [Cols*Rows*8-1:0] w_slc_q;  // slice of W bank j at j*Rows*8, registered
   for (genvar j = 0; j < Cols; j++) begin : g_wcol
     logic [DW-1:0]     w_word;
     logic [Rows*8-1:0] w_slice, w_t;
@@ -140,8 +144,12 @@ module tsr_mac_array #(
         end
       end
     end
-    assign w_col[j*8 +: 8]           = w_t[7:0];
-    assign w_slc[j*Rows*8 +: Rows*8] = w_slice;
+    always_ff @(posedge clk_i) begin
+      if (v_i) begin
+        w_col_q[j*8 +: 8]           <= w_t[7:0];
+        w_slc_q[j*Rows*8 +: Rows*8] <= w_slice;
+      end
+    end
   end
 
   logic [DW-1:0] a0_word;
@@ -179,15 +187,13 @@ module tsr_mac_array #(
     end
 
     for (genvar j = 0; j < Cols; j++) begin : g_col
-      logic [7:0]         w_s_q;
+      logic [7:0]         w_s;
       logic signed [15:0] prod_q;
       logic signed [31:0] acc_q, acc_d;
 
+      assign w_s = gemv_s_q ? w_slc_q[(j*Rows + r)*8 +: 8] : w_col_q[j*8 +: 8];
       always_ff @(posedge clk_i) begin
-        if (v_i) w_s_q <= gemv_i ? w_slc[(j*Rows + r)*8 +: 8] : w_col[j*8 +: 8];
-      end
-      always_ff @(posedge clk_i) begin
-        if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s_q);
+        if (v_s_q) prod_q <= $signed(a_s_q) * $signed(w_s);
       end
       // The select sits in front of the adder (0 or the accumulator), and
       // the bank loads from the accumulator register a cycle after the last

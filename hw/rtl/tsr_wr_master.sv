@@ -1,8 +1,10 @@
 // tsr_wr_master - AXI4 write master for rows of the output tile.
 //
 // A request is one row segment of C: a 4-byte aligned address, a byte count
-// and the data. The master shifts it onto bus words with byte strobes (the
-// row may start anywhere in a word), splits it at 4 KiB boundaries into at
+// (a multiple of 4) and the data (the descriptor checks refuse a C_ADDR or
+// LDC that is not 4-byte aligned, so the row is placed in 4-byte words).
+// The master shifts it onto bus words with byte strobes (the row may start
+// at any 4-byte word of a bus word), splits it at 4 KiB boundaries into at
 // most two INCR bursts, and counts write responses so that the sequencer can
 // wait for all writes to land.
 module tsr_wr_master #(
@@ -43,11 +45,15 @@ module tsr_wr_master #(
   localparam int OutW      = $clog2(MaxOutstanding + 1);
   localparam int NChunks   = ShBeats - 1;      // bus words of a request, padded
   localparam int RowPW     = NChunks * DW;
+  localparam int Gran      = 4;                // bytes: rows of C are 4-byte aligned
+  localparam int LogGran   = 2;
+  localparam int WOffW     = OffW - LogGran;   // offset in 4-byte words
+  localparam int NbWW      = NbW - LogGran;    // request length in 4-byte words
 
   logic              busy_q;
   logic [63:0]       base_q;
   logic [RowPW-1:0]  rot_q;               // each bus word of the row, rotated
-  logic [OffW-1:0]   off_q;
+  logic [WOffW-1:0]  woff_q;              // the row's offset in the bus word, 4-byte words
   logic [ShBeats*DataBytes-1:0] strb_q;
   logic [BW-1:0]     nbeats_q, b1_q, wcnt_q;
   logic [1:0]        nbursts_q, awcnt_q;
@@ -55,6 +61,9 @@ module tsr_wr_master #(
 
   // Request decode.
   logic [OffW-1:0]   off;
+  logic [WOffW-1:0]  woff;
+  logic [NbWW-1:0]   nwords;
+  logic [ShBeats*DataBytes/Gran-1:0] wstrb_sh;   // strobes per 4-byte word
   logic [BW-1:0]     nbeats, b1, page_left;
   logic [RowPW-1:0]  rowp, rot, lv;
   logic [DW-1:0]     wdata;
@@ -64,21 +73,27 @@ module tsr_wr_master #(
   assign page_left = BW'(PageBeats - 32'(req_addr_i[11:OffW]) >= 32'(ShBeats)
                          ? ShBeats : PageBeats - 32'(req_addr_i[11:OffW]));
   assign b1        = (page_left < nbeats) ? page_left : nbeats;
-  assign strb_sh   = ~({(ShBeats * DataBytes){1'b1}} << req_nbytes_i) << off;
+  assign woff      = off[OffW-1:LogGran];
+  assign nwords    = req_nbytes_i[NbW-1:LogGran];
+  assign wstrb_sh  = ~({(ShBeats * DataBytes / Gran){1'b1}} << nwords) << woff;
+  for (genvar w = 0; w < ShBeats * DataBytes / Gran; w++) begin : g_strb
+    assign strb_sh[w*Gran +: Gran] = {Gran{wstrb_sh[w]}};
+  end
 
   // The row shifted up by off bytes, beat k byte b, is byte b - off of bus
   // word k of the row for b >= off and byte b - off + DataBytes of word k-1
   // below: both are byte b of the word rotated up by off bytes. So each word
-  // is rotated (2^l bytes at level l, DataBytes/4 LUT6 per bit) and held,
-  // and beat k takes byte b from word k or k-1 (nothing past either end).
+  // is rotated (2^l bytes at level l, from 4 bytes up: the offset is a
+  // multiple of 4) and held, and beat k takes byte b from word k or k-1
+  // (nothing past either end).
   assign rowp = RowPW'(req_data_i);
   always_comb begin
     rot = rowp;
-    for (int l = 0; l < OffW; l++) begin
+    for (int l = LogGran; l < OffW; l++) begin
       lv = rot;
       for (int c = 0; c < NChunks; c++) begin
         for (int b = 0; b < DataBytes; b++) begin
-          if (off[l]) begin
+          if (woff[l-LogGran]) begin
             rot[(c*DataBytes + b)*8 +: 8] =
               lv[(c*DataBytes + (b + DataBytes - (1 << l)) % DataBytes)*8 +: 8];
           end
@@ -90,7 +105,7 @@ module tsr_wr_master #(
     wdata = '0;
     for (int b = 0; b < DataBytes; b++) begin
       for (int c = 0; c < NChunks; c++) begin
-        if (OffW'(b) >= off_q ? (32'(wcnt_q) == c) : (32'(wcnt_q) == c + 1)) begin
+        if (WOffW'(b / Gran) >= woff_q ? (32'(wcnt_q) == c) : (32'(wcnt_q) == c + 1)) begin
           wdata[b*8 +: 8] = rot_q[(c*DataBytes + b)*8 +: 8];
         end
       end
@@ -149,7 +164,7 @@ module tsr_wr_master #(
     if (req_hs) begin
       base_q <= {req_addr_i[63:OffW], {OffW{1'b0}}};
       rot_q  <= rot;
-      off_q  <= off;
+      woff_q <= woff;
       strb_q <= strb_sh;
     end
   end
@@ -165,6 +180,9 @@ module tsr_wr_master #(
     if (rst_ni && req_hs) begin
       assert (req_nbytes_i != '0 && 32'(req_nbytes_i) <= RowBytes)
         else $error("tsr_wr_master: bad request length %0d", req_nbytes_i);
+      assert (req_addr_i[LogGran-1:0] == '0 && req_nbytes_i[LogGran-1:0] == '0)
+        else $error("tsr_wr_master: row at %h of %0d bytes not in 4-byte words",
+                    req_addr_i, req_nbytes_i);
     end
   end
   /* verilator lint_on SYNCASYNCNET */
