@@ -147,6 +147,7 @@ void tsr_usb_run_unpack(tsr_hal_command_t *cmd, const uint8_t in[TSR_USB_RUN_BYT
   cmd->window_size = tsr_get_le64(in + 8);
   cmd->ring = tsr_get_le64(in + 16);
   cmd->n_desc = tsr_get_le32(in + 24);
+  cmd->flags = 0; /* a RUN is a plain launch: the link carries no queue mode */
 }
 
 void tsr_usb_result_pack(uint8_t out[TSR_USB_RESULT_BYTES], const tsr_hal_result_t *r) {

@@ -298,7 +298,7 @@ static uint32_t reg_read(tsr_usb_board_t *b, uint32_t off) {
 }
 
 static void reg_write(tsr_usb_board_t *b, uint32_t off, uint32_t v) {
-  tsr_hal_command_t cmd;
+  tsr_hal_command_t cmd = {0};
   bool start = false;
   pthread_mutex_lock(&b->mu);
   if (off == TSR_REG_CTRL) {
@@ -412,7 +412,7 @@ static void execute(tsr_usb_board_t *b, const tsr_usb_hdr_t *h, const uint8_t *p
         FAIL(TSR_USB_E_BAD_LEN, h->len);
         break;
       }
-      tsr_hal_command_t cmd;
+      tsr_hal_command_t cmd = {0};
       tsr_usb_run_unpack(&cmd, payload);
       uint32_t tag = queue_launch(b, &cmd);
       if (!tag) FAIL(TSR_USB_E_BUSY, b->cfg.queue_depth);
