@@ -70,32 +70,42 @@ tsr_status_t tsr_dio_submit(tsr_exec_t *o, tsr_exec_dev_t *d, const tsr_hal_comm
   return s;
 }
 
-tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, const char *what,
-                          tsr_hal_result_t *res) {
-  tsr_hal_device_t *h = d->cd->hal;
+/* A device run in the trace, from its submit (or doorbell) to now. */
+static void trace_run(tsr_exec_t *o, tsr_exec_dev_t *d, const char *what,
+                      const tsr_hal_result_t *res) {
   tsr_trace_t *tr = o->ctx->trace;
-  memset(res, 0, sizeof *res);
-  double t0 = tsr_now_s();
-  tsr_status_t s =
-      h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, res);
-  d->wait_wall_s += tsr_now_s() - t0;
-  if (tr) {
-    char args[128];
-    snprintf(args, sizeof args, "\"descriptors\": %u, \"cycles\": %" PRIu64, res->desc_done,
-             res->cycles);
-    tsr_trace_complete(tr, d->trace_track, what, "device", d->submit_us,
-                       tsr_trace_now_us(tr) - d->submit_us, args);
-  }
-  if (s) return s;
-  if (res->hw_status != TSR_HWERR_OK)
-    return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, res->err_index,
-                   tsr_hal_hwerr_name(res->hw_status));
-  d->launches++;
+  if (!tr) return;
+  char args[128];
+  snprintf(args, sizeof args, "\"descriptors\": %u, \"cycles\": %" PRIu64, res->desc_done,
+           res->cycles);
+  tsr_trace_complete(tr, d->trace_track, what, "device", d->submit_us,
+                     tsr_trace_now_us(tr) - d->submit_us, args);
+}
+
+/* A run that completed: its cycles, descriptors and bytes counted. */
+static void count_run(tsr_exec_dev_t *d, const tsr_hal_result_t *res) {
   d->done_s = tsr_now_s();
   d->done_hal_s = d->hal_s;
   d->cycles += res->cycles;
   d->tiles += res->desc_done;
   d->bytes_rd += res->bytes_rd;
+}
+
+tsr_status_t tsr_dio_wait(tsr_exec_t *o, tsr_exec_dev_t *d, uint64_t fence, const char *what,
+                          tsr_hal_result_t *res) {
+  tsr_hal_device_t *h = d->cd->hal;
+  memset(res, 0, sizeof *res);
+  double t0 = tsr_now_s();
+  tsr_status_t s =
+      h->vt->wait(h, fence, (uint64_t)o->ctx->opts.device_timeout_ms * 1000000ull, res);
+  d->wait_wall_s += tsr_now_s() - t0;
+  trace_run(o, d, what, res);
+  if (s) return s;
+  if (res->hw_status != TSR_HWERR_OK)
+    return TSR_ERR(DEVICE, "%s refused descriptor %u: %s", d->cd->name, res->err_index,
+                   tsr_hal_hwerr_name(res->hw_status));
+  d->launches++;
+  count_run(d, res);
   return TSR_OK;
 }
 
@@ -112,7 +122,6 @@ tsr_status_t tsr_dio_doorbell(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t tail) {
 tsr_status_t tsr_dio_progress(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t done, const char *what,
                               tsr_hal_result_t *res) {
   tsr_hal_device_t *h = d->cd->hal;
-  tsr_trace_t *tr = o->ctx->trace;
   tsr_hal_result_t now;
   memset(res, 0, sizeof *res);
   double t0 = tsr_now_s();
@@ -133,18 +142,8 @@ tsr_status_t tsr_dio_progress(tsr_exec_t *o, tsr_exec_dev_t *d, uint32_t done, c
   res->bytes_wr = now.bytes_wr - p->bytes_wr;
   res->macs = now.macs - p->macs;
   d->q_seen = now;
-  if (tr) {
-    char args[128];
-    snprintf(args, sizeof args, "\"descriptors\": %u, \"cycles\": %" PRIu64, res->desc_done,
-             res->cycles);
-    tsr_trace_complete(tr, d->trace_track, what, "device", d->submit_us,
-                       tsr_trace_now_us(tr) - d->submit_us, args);
-  }
-  d->done_s = tsr_now_s();
-  d->done_hal_s = d->hal_s;
-  d->cycles += res->cycles;
-  d->tiles += res->desc_done;
-  d->bytes_rd += res->bytes_rd;
+  trace_run(o, d, what, res);
+  count_run(d, res);
   return TSR_OK;
 }
 

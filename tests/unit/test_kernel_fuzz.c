@@ -920,32 +920,18 @@ typedef struct stats {
   uint64_t rtl_cycles;
 } stats_t;
 
-/* The short name of a TSR_HWERR code, from hw/regmap.def. */
-static const char *hwerr_name(uint32_t s) {
-  static const char *names[16] = {
-#define TSR_REG(...)
-#define TSR_ARG(...)
-#define TSR_STAT(...)
-#define TSR_DESC(...)
-#define TSR_CONST(...)
-#define TSR_OP(...)
-#define TSR_HWERR(name, val, desc) [val] = #name,
-#include "hw/regmap.def"
-#undef TSR_REG
-#undef TSR_ARG
-#undef TSR_STAT
-#undef TSR_DESC
-#undef TSR_CONST
-#undef TSR_OP
-#undef TSR_HWERR
-  };
-  return s < 16 && names[s] ? names[s] : "?";
+/* The length of a TSR_HWERR name without its explanation ("BAD_DIMS (M, N
+ * or K ...)": 8), for "%.*s". */
+static int hwerr_len(const char *name) {
+  const char *p = strstr(name, " (");
+  return p ? (int)(p - name) : (int)strlen(name);
 }
 
 static void dump_result(const char *who, const tsr_hal_result_t *r) {
-  printf("    %-6s status %u (%s) err_index %u desc_done %u bytes_rd %" PRIu64
+  const char *name = tsr_hal_hwerr_name(r->hw_status);
+  printf("    %-6s status %u (%.*s) err_index %u desc_done %u bytes_rd %" PRIu64
          " bytes_wr %" PRIu64 " macs %" PRIu64 " cycles %" PRIu64 "\n",
-         who, r->hw_status, hwerr_name(r->hw_status), r->err_index, r->desc_done, r->bytes_rd,
+         who, r->hw_status, hwerr_len(name), name, r->err_index, r->desc_done, r->bytes_rd,
          r->bytes_wr, r->macs, r->cycles);
 }
 
@@ -1311,7 +1297,10 @@ static void test_random(void) {
          st.valid, st.invalid, st.disagreements, st.strays, st.hangs, seed, secs,
          (double)st.rtl_cycles / 1e6, st.max_ratio);
   for (int s = 0; s < 16; s++)
-    if (st.by_status[s]) printf(" %s %" PRIu64, hwerr_name((uint32_t)s), st.by_status[s]);
+    if (st.by_status[s]) {
+      const char *name = tsr_hal_hwerr_name((uint32_t)s);
+      printf(" %.*s %" PRIu64, hwerr_len(name), name, st.by_status[s]);
+    }
   printf("; %" PRIu64 " in queue mode\n", st.queue);
   CU_ASSERT_EQUAL(st.disagreements, 0);
 }

@@ -232,6 +232,15 @@ static void run_tokens(tsr_session_t *s, float *out, int vocab) {
   if (l) memcpy(out, l, sizeof(float) * (size_t)vocab);
 }
 
+/* The host's int8 logits of run_tokens on `model`. */
+static void host_logits(const char *model, float *out, int vocab) {
+  rig_t r;
+  TSR_ASSERT_OK(rig_open(&r, model, "cpu", TSR_OFFLOAD_AUTO, NULL, true, NULL,
+                         TSR_PRECISION_INT8));
+  if (r.sess) run_tokens(r.sess, out, vocab);
+  rig_close(&r);
+}
+
 /* Odd shapes through the device path give the host's int8 logits exactly:
  * 37 rows = tiles of 16+16+5, N = 4099 split into two descriptors. */
 static void test_odd_shapes_bit_exact(void) {
@@ -427,10 +436,7 @@ static void test_queue_mode(void) {
   const int vocab = 512;
   float ref[512], got[512];
   rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, kbig_model, "cpu", TSR_OFFLOAD_AUTO, NULL, true, NULL,
-                         TSR_PRECISION_INT8));
-  if (r.sess) run_tokens(r.sess, ref, vocab);
-  rig_close(&r);
+  host_logits(kbig_model, ref, vocab);
   TSR_ASSERT_OK(rig_open(&r, kbig_model, "fmodel:ports=4,queue=1", TSR_OFFLOAD_ALL, NULL, true,
                          NULL, TSR_PRECISION_INT8));
   if (!r.sess) {
@@ -506,10 +512,7 @@ static void test_fallback(void) {
   const int vocab = 512;
   float ref[512], got[512];
   rig_t r;
-  TSR_ASSERT_OK(rig_open(&r, small_model, "cpu", TSR_OFFLOAD_AUTO, NULL, true, NULL,
-                         TSR_PRECISION_INT8));
-  if (r.sess) run_tokens(r.sess, ref, vocab);
-  rig_close(&r);
+  host_logits(small_model, ref, vocab);
   struct {
     const char *dev;
     int retries;
