@@ -477,6 +477,19 @@ static tsr_status_t start_cmd(sim_device_t *dev, uint64_t fence, tsr_queue_cmd_t
   return TSR_OK;
 }
 
+/* The counters of the command under way (live in queue mode; final after
+ * ap_done). */
+static tsr_status_t read_live(sim_device_t *dev, tsr_hal_result_t *r) {
+  memset(r, 0, sizeof *r);
+  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r->desc_done));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r->cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r->stall_cycles));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r->bytes_rd));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r->bytes_wr));
+  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r->macs));
+  return TSR_OK;
+}
+
 /* After ap_done of command `fence`: acknowledges it, collects the status
  * registers and completes it. */
 static tsr_status_t finish_cmd(sim_device_t *dev, uint64_t fence) {
@@ -488,15 +501,9 @@ static tsr_status_t finish_cmd(sim_device_t *dev, uint64_t fence) {
   SIM_CHECK(dev->api.reg_write(dev->sim, TSR_REG_CTRL, TSR_CTRL_AP_CONTINUE),
             "writing ap_continue");
   tsr_hal_result_t r;
-  memset(&r, 0, sizeof r);
+  TSR_RETURN_IF(read_live(dev, &r));
   TSR_RETURN_IF(read32(dev, TSR_STAT_STATUS, &r.hw_status));
   TSR_RETURN_IF(read32(dev, TSR_STAT_ERR_INDEX, &r.err_index));
-  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r.desc_done));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r.cycles));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r.stall_cycles));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r.bytes_rd));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r.bytes_wr));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r.macs));
   tsr_queue_complete(&dev->q, fence, &r);
   return TSR_OK;
 }
@@ -512,17 +519,6 @@ static tsr_status_t sim_start(void *impl, tsr_queue_t *q, uint64_t fence, tsr_qu
   return TSR_OK;
 }
 
-/* The live counters of a running queue-mode launch. */
-static tsr_status_t read_live(sim_device_t *dev, tsr_hal_result_t *r) {
-  memset(r, 0, sizeof *r);
-  TSR_RETURN_IF(read32(dev, TSR_STAT_DESC_DONE, &r->desc_done));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_BUSY, &r->cycles));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_CYC_STALL, &r->stall_cycles));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_RD, &r->bytes_rd));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_BYTES_WR, &r->bytes_wr));
-  TSR_RETURN_IF(read64(dev, TSR_STAT_MACS, &r->macs));
-  return TSR_OK;
-}
 
 /* Queue hook: the host raised the tail or closed. A started launch sees it
  * at once (the register writes); one still queued gets it when it starts.
